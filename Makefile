@@ -1,0 +1,44 @@
+# One command per task; .ci/run calls the same targets as the README.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.install.stamp
+
+.PHONY: install serve test redis lint typecheck bench openapi check clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/context-assembly serve
+
+test: install redis
+	$(BIN)/pytest -q
+
+# The tests need a real Redis on 127.0.0.1:6379: find it or start it, and fail loudly otherwise.
+redis:
+	@bash .ci/ensure-redis
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python bench/bench_select.py
+	$(BIN)/python bench/bench_counting.py
+
+openapi: install
+	$(BIN)/python -m context_assembly.api.openapi_export openapi/openapi.json
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

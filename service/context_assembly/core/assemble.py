@@ -1,0 +1,225 @@
+"""One whole assembly, pure: sources in, frame + budget + manifest + hashes out.
+
+The caller (CLI or HTTP service) resolves the model profile, the token counter, the clock and
+the contributor results; this module validates, budgets, compacts history when the request allows
+it, selects, lays out and hashes. Same arguments, same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from context_assembly.core.blocks import SourceBlocks, build_graph, qualified
+from context_assembly.core.budget import (
+    Capacity,
+    FixedCosts,
+    fixed_costs,
+    history_units,
+    plan_drop_oldest,
+)
+from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
+from context_assembly.core.fingerprint import fingerprint, input_hash, prefix_hash, text_hash
+from context_assembly.core.frame import Frame
+from context_assembly.core.layout import Placed, build_texts, place
+from context_assembly.core.request import Message, PrepareRequest, Revision
+from context_assembly.core.result import BlockReport, BudgetReport, SelectionReport, SourceReport
+from context_assembly.core.select import protected_demand, rank_key, select
+from context_assembly.core.sources import SourceInput, SourceSetup
+from context_assembly.errors import ContextOverflowError
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """Everything one assembly produced; the caller adds ids, expiry and rendering."""
+
+    frame: Frame
+    placed: Placed
+    budget: BudgetReport
+    selection: SelectionReport
+    fingerprint: str
+    prefix_hash: str
+    prefix_tokens: int
+    input_hash: str
+    instructions_hash: str
+    history: tuple[Message, ...]  # the history actually sent (after compaction)
+    selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
+    revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
+
+
+def assemble(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    *,
+    now: datetime,
+    local_now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+    capacity: Capacity,
+    exact: bool,
+    tenant: str,
+) -> Assembly:
+    """Run the whole pipeline of SPEC §4–§7 for one request.
+
+    Raises:
+        InvalidError, AssemblyOverflowError, ContextOverflowError: as SPEC §9 describes.
+    """
+    options = request.options
+    replaced = {setup.source: setup for setup in setups}
+    texts = build_texts(request, replaced, local_now)
+    live = [item for item in inputs if not item.failed]
+    failed = frozenset(item.setup.source for item in inputs if item.failed)
+    graph = build_graph((SourceBlocks(i.setup.source, i.blocks) for i in live), options)
+    source_order = [p.name for p in request.plugins if p.name in replaced]
+    reserve = request.response_reserve + options.reasoning_reserve_tokens
+
+    history = list(request.history)
+    history_counts = [count_message(m, counter, profile) for m in history]
+    fixed = fixed_costs(
+        options.layout, texts, request.tools, history_counts, request.input, counter, profile
+    )
+    remaining = capacity.tokens - reserve - fixed.total
+    demand = protected_demand(graph, source_order, counter, profile, now, failed) if graph else 0
+    dropped = 0
+    if remaining < demand and demand <= options.max_data_tokens:
+        policy = options.history_policy
+        if policy.mode == "drop_oldest":
+            dropped = plan_drop_oldest(
+                history_counts,
+                history_units(history),
+                policy.keep_last_messages,
+                demand - remaining,
+            )
+        if dropped < 0 or remaining - _freed(history_counts, dropped) < demand:
+            raise _overflow(capacity, reserve, fixed, demand, policy.mode)
+        history = history[dropped:]
+        history_counts = history_counts[dropped:]
+        fixed = fixed_costs(
+            options.layout, texts, request.tools, history_counts, request.input, counter, profile
+        )
+        remaining = capacity.tokens - reserve - fixed.total
+    data_limit = min(options.max_data_tokens, remaining)
+
+    selection = select(
+        graph,
+        source_order,
+        now=now,
+        data_limit=data_limit,
+        max_data_tokens=options.max_data_tokens,
+        source_limits=options.source_token_limits,
+        counter=counter,
+        profile=profile,
+        failed_sources=failed,
+    )
+    placed = place(
+        options.layout, texts, request.tools, history, selection.data_content, request.input
+    )
+    frame = Frame(messages=list(placed.messages), tools=list(placed.tools))
+    total = fixed.total + selection.data_tokens
+    opaque = fixed.opaque or any(c.opaque for c in history_counts)
+
+    budget = BudgetReport(
+        capacity=capacity.tokens,
+        capacity_source=capacity.source,
+        response_reserve=request.response_reserve,
+        reasoning_reserve_tokens=options.reasoning_reserve_tokens,
+        instructions_tokens=fixed.instructions,
+        legacy_data_tokens=fixed.legacy_data,
+        tools_tokens=fixed.tools,
+        history_tokens=fixed.history,
+        input_tokens=fixed.input,
+        remaining_tokens=remaining,
+        data_limit_tokens=data_limit,
+        data_tokens=selection.data_tokens,
+        total_input_tokens=total,
+        history_dropped_messages=dropped,
+    )
+    blocks = [
+        BlockReport(
+            source=node.source,
+            id=node.block.id,
+            status=selection.decisions[node.qid].status,
+            reason=selection.decisions[node.qid].reason,
+            tokens=selection.decisions[node.qid].tokens,
+            full_tokens=selection.decisions[node.qid].full_tokens,
+            projection_tokens=selection.decisions[node.qid].projection_tokens,
+            priority=node.block.priority,
+            protected=node.block.protected,
+            dependencies=list(node.deps),
+        )
+        for node in sorted(graph.values(), key=rank_key)
+    ]
+    sources = [
+        SourceReport(
+            source=item.setup.source,
+            kind=item.setup.kind,
+            status=item.status,
+            duration_ms=round(item.duration_ms, 3),
+            block_count=len(item.blocks),
+        )
+        for item in _in_setup_order(setups, inputs)
+    ]
+    manifest = SelectionReport(
+        blocks=blocks,
+        sources=sources,
+        max_data_tokens=options.max_data_tokens,
+        selected_data_tokens=selection.data_tokens,
+        layout=options.layout,
+        reasoning_reserve_tokens=options.reasoning_reserve_tokens,
+        tokenizer=counter.name,
+        exact=exact,
+        opaque_or_multimodal=opaque,
+    )
+    prefix = placed.messages[: placed.prefix_len]
+    prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
+    expiry = tuple(
+        (qid, graph[qid].block.expires_at or "")
+        for qid in selection.order
+        if graph[qid].block.expires_at is not None
+    )
+    return Assembly(
+        frame=frame,
+        placed=placed,
+        budget=budget,
+        selection=manifest,
+        fingerprint=fingerprint(
+            request.model, tenant, request.scope, request.render, placed.messages, placed.tools
+        ),
+        prefix_hash=prefix_hash(request.model, prefix, placed.tools),
+        prefix_tokens=prefix_tokens,
+        input_hash=input_hash(request.input),
+        instructions_hash=text_hash(request.instructions),
+        history=tuple(history),
+        selected_expiry=expiry,
+        revisions=tuple((item.setup.source, item.revision) for item in inputs),
+    )
+
+
+def _freed(history_counts: Sequence[Counted], dropped: int) -> int:
+    return sum(c.tokens for c in history_counts[:dropped]) if dropped > 0 else 0
+
+
+def _in_setup_order(
+    setups: Sequence[SourceSetup], inputs: Sequence[SourceInput]
+) -> list[SourceInput]:
+    by_source = {item.setup.source: item for item in inputs}
+    return [by_source[s.source] for s in setups if s.source in by_source]
+
+
+def _overflow(
+    capacity: Capacity, reserve: int, fixed: FixedCosts, demand: int, mode: str
+) -> ContextOverflowError:
+    needed = fixed.total + reserve + demand
+    hint = "" if mode == "drop_oldest" else " (history_policy 'drop_oldest' may compact history)"
+    return ContextOverflowError(
+        f"the request needs {needed} tokens (fixed {fixed.total} + reserve {reserve} + protected "
+        f"data {demand}) but the window is {capacity.tokens}{hint}",
+        capacity=capacity.tokens,
+        needed_tokens=needed,
+        shortfall_tokens=needed - capacity.tokens,
+    )
+
+
+__all__ = ["Assembly", "assemble", "qualified"]

@@ -1,0 +1,68 @@
+"""Hashes of a preparation (SPEC §7): fingerprint, stable-prefix hash and input hash.
+
+All three are ``sha256:`` of canonical JSON (sorted keys, compact, UTF-8). The fingerprint is a
+local diagnostic over model, tenant, scope, render target and the rendered request (messages and
+tools); it is *not* a provider cache key. ``prefix_hash`` covers the model, the tools in frame
+order and the messages of the stable prefix; ``input_hash`` covers the current input messages.
+Clients never have to reproduce a hash: the service recomputes them from a frame on validate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from context_assembly.core.request import Message, Scope, Tool
+
+
+def digest(value: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``value``."""
+    raw = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json", exclude_none=True) for m in messages]
+
+
+def _tools(tools: Sequence[Tool]) -> list[dict[str, Any]]:
+    return [t.model_dump(mode="json") for t in tools]
+
+
+def fingerprint(
+    model: str,
+    tenant: str,
+    scope: Scope,
+    render: str,
+    messages: Sequence[Message],
+    tools: Sequence[Tool],
+) -> str:
+    """The scoped request fingerprint."""
+    return digest(
+        {
+            "model": model,
+            "tenant": tenant,
+            "scope": scope.model_dump(mode="json"),
+            "render": render,
+            "messages": _messages(messages),
+            "tools": _tools(tools),
+        }
+    )
+
+
+def prefix_hash(model: str, prefix: Sequence[Message], tools: Sequence[Tool]) -> str:
+    """Hash of the stable prefix: model, tools in frame order, leading messages and history."""
+    return digest({"model": model, "tools": _tools(tools), "messages": _messages(prefix)})
+
+
+def input_hash(inputs: Sequence[Message]) -> str:
+    """Hash of the current input messages."""
+    return digest(_messages(inputs))
+
+
+def text_hash(text: str) -> str:
+    """Hash of one text (stored instead of the text itself, e.g. the host instructions)."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,175 @@
+"""Which sources a request replaces, and the blocks of its inline and whiteboard sources.
+
+A source is a plugin of the host. A contributor (webhook), an inline contribution or the built-in
+whiteboard adapter replaces that plugin's legacy *content view* for this request; the plugin's
+instructions stay unless the registration gives new ones (``null`` drops them). Checked before any
+contributor is called, so a bad request never starts a webhook and nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from context_assembly.core.request import Block, PrepareRequest, Revision, Whiteboard
+from context_assembly.errors import InvalidError
+
+PROTECTED_SOURCES = frozenset({"task_state", "evidence", "persistent_instructions"})
+
+SourceKind = Literal["webhook", "inline", "whiteboard"]
+SourceStatus = Literal[
+    "ok", "inline", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"
+]
+FAILED_STATUSES = frozenset(
+    {"timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"}
+)
+
+# Whiteboard priorities (SPEC §3.1): critical entries are protected.
+_WHITEBOARD_PRIORITY = {"low": -500, "normal": 0, "high": 500, "critical": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSetup:
+    """One replaced source as registered in the request (before any contributor ran)."""
+
+    source: str
+    kind: SourceKind
+    replaces_instructions: bool
+    instructions: str | None
+    recovery_tool: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInput:
+    """One replaced source with what it contributed to this preparation."""
+
+    setup: SourceSetup
+    status: SourceStatus
+    duration_ms: float
+    revision: Revision | None
+    blocks: tuple[Block, ...]
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED_STATUSES
+
+
+def plan_sources(request: PrepareRequest) -> list[SourceSetup]:
+    """Every replaced source in request order (webhooks, inline contributions, whiteboard).
+
+    Raises:
+        InvalidError: a source that is not a plugin, a protected name, or a source named twice.
+    """
+    plugins = {plugin.name for plugin in request.plugins}
+    if len(plugins) != len(request.plugins):
+        names = [p.name for p in request.plugins]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidError(
+            f"plugin named more than once: {', '.join(dupes)}", field="plugins", sources=dupes
+        )
+    setups: list[SourceSetup] = []
+    for index, ref in enumerate(request.contributors):
+        setups.append(
+            SourceSetup(
+                ref.source,
+                "webhook",
+                "instructions" in ref.model_fields_set,
+                ref.instructions,
+                ref.recovery_tool,
+            )
+        )
+        _check_source(ref.source, plugins, f"contributors.{index}.source")
+    for index, item in enumerate(request.contributions):
+        setups.append(
+            SourceSetup(
+                item.source,
+                "inline",
+                "instructions" in item.model_fields_set,
+                item.instructions,
+                item.recovery_tool,
+            )
+        )
+        _check_source(item.source, plugins, f"contributions.{index}.source")
+    if request.whiteboard is not None:
+        setups.append(
+            SourceSetup(
+                request.whiteboard.source,
+                "whiteboard",
+                False,
+                None,
+                request.whiteboard.recovery_tool,
+            )
+        )
+        _check_source(request.whiteboard.source, plugins, "whiteboard.source")
+    seen: set[str] = set()
+    for setup in setups:
+        if setup.source in seen:
+            raise InvalidError(
+                f"source {setup.source!r} is replaced more than once in this request",
+                field="contributors",
+                sources=[setup.source],
+            )
+        seen.add(setup.source)
+    for name in request.options.source_token_limits:
+        if name not in plugins:
+            raise InvalidError(
+                f"source_token_limits names {name!r}, which is not a plugin of this request",
+                field="assembly.source_token_limits",
+                sources=[name],
+            )
+    return setups
+
+
+def _check_source(source: str, plugins: set[str], field_name: str) -> None:
+    if source in PROTECTED_SOURCES:
+        raise InvalidError(
+            f"source {source!r} cannot be replaced: its legacy view is protected",
+            field=field_name,
+            sources=[source],
+        )
+    if source not in plugins:
+        raise InvalidError(
+            f"source {source!r} is not a plugin of this request (contributors attach to existing plugins)",
+            field=field_name,
+            sources=[source],
+        )
+
+
+def whiteboard_blocks(whiteboard: Whiteboard) -> tuple[Block, ...]:
+    """The built-in whiteboard adapter: one block per entry (SPEC §3.1).
+
+    id = key; text = the description and the value (strings as-is, other JSON compact) on two
+    lines; projection = the description alone; ``critical`` = protected, ``high`` = 500,
+    ``normal`` = 0, ``low`` = -500.
+    """
+    blocks: list[Block] = []
+    for entry in whiteboard.entries:
+        value = entry.value if isinstance(entry.value, str) else orjson.dumps(entry.value).decode()
+        text = f"{entry.description}\n{value}" if entry.description else value
+        blocks.append(
+            Block(
+                id=entry.key,
+                text=text,
+                priority=_WHITEBOARD_PRIORITY[entry.priority],
+                protected=entry.priority == "critical",
+                projection=entry.description or None,
+            )
+        )
+    return tuple(blocks)
+
+
+def materialised_inputs(request: PrepareRequest, setups: list[SourceSetup]) -> list[SourceInput]:
+    """Inputs for the sources that need no call: inline contributions and the whiteboard."""
+    inline = {item.source: item for item in request.contributions}
+    inputs: list[SourceInput] = []
+    for setup in setups:
+        if setup.kind == "inline":
+            item = inline[setup.source]
+            inputs.append(SourceInput(setup, "inline", 0.0, item.revision, tuple(item.blocks)))
+        elif setup.kind == "whiteboard" and request.whiteboard is not None:
+            inputs.append(
+                SourceInput(setup, "inline", 0.0, None, whiteboard_blocks(request.whiteboard))
+            )
+    return inputs

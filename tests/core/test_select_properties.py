@@ -1,0 +1,166 @@
+"""Hypothesis properties of selection: the invariants listed at the end of SPEC §5."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fakes import PROFILE, SurchargeCounter, WordCounter
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import NOW, Scenario, scenarios
+
+from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
+from context_assembly.core.request import AssemblyOptions
+from context_assembly.core.select import Selection, rank_key, select
+from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
+
+OPTIONS = AssemblyOptions(max_blocks=2048)
+PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+COUNTERS = [WordCounter(), SurchargeCounter()]
+
+
+def _run(scenario: Scenario, groups: Iterable[SourceBlocks] | None = None, counter: object = None) -> tuple[dict[str, Node], Selection]:
+    graph = build_graph(groups if groups is not None else scenario.groups, OPTIONS)
+    result = select(
+        graph,
+        scenario.sources,
+        now=NOW,
+        data_limit=scenario.data_limit,
+        max_data_tokens=scenario.max_data_tokens,
+        source_limits=scenario.source_limits,
+        counter=counter or WordCounter(),  # type: ignore[arg-type]
+        profile=PROFILE,
+    )
+    return graph, result
+
+
+EXPECTED_ERRORS = (AssemblyOverflowError, ContextOverflowError, InvalidError)
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(COUNTERS))
+def test_never_over_the_data_limit_or_a_source_limit(scenario: Scenario, counter: object) -> None:
+    """The exact count of the data message and of each source segment stays within its limit."""
+    try:
+        _, result = _run(scenario, counter=counter)
+    except EXPECTED_ERRORS:
+        return
+    assert result.data_tokens <= scenario.data_limit
+    for source, tokens in result.source_tokens.items():
+        if source in scenario.source_limits:
+            assert tokens <= scenario.source_limits[source]
+    if result.data_content is not None:
+        from context_assembly.core.counting import count_text_message
+
+        assert count_text_message("user", result.data_content, counter, PROFILE) == result.data_tokens  # type: ignore[arg-type]
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(COUNTERS))
+def test_entered_blocks_have_their_dependencies_in_full(scenario: Scenario, counter: object) -> None:
+    """Every selected or projected block has its whole dependency closure selected in full."""
+    try:
+        graph, result = _run(scenario, counter=counter)
+    except EXPECTED_ERRORS:
+        return
+    for qid, decision in result.decisions.items():
+        if decision.status == "omitted":
+            assert qid not in result.order
+            continue
+        assert qid in result.order
+        for dep in closure(graph, graph[qid].deps):
+            assert result.decisions[dep].status == "selected", (qid, dep)
+    assert set(result.decisions) == set(graph), "every block has a decision"
+
+
+@PROPERTY
+@given(scenarios())
+def test_protected_blocks_enter_in_full_or_the_call_fails(scenario: Scenario) -> None:
+    """A protected block is selected in full with reason 'protected', or selection raises."""
+    try:
+        graph, result = _run(scenario)
+    except EXPECTED_ERRORS:
+        return
+    for qid, node in graph.items():
+        if node.block.protected:
+            assert result.decisions[qid].status == "selected"
+            assert result.decisions[qid].reason == "protected"
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_permuting_block_and_source_input_order_changes_nothing(scenario: Scenario, rnd: object) -> None:
+    """Shuffling each source's blocks (and the order sources are listed) gives identical output."""
+    shuffled = []
+    for group in scenario.groups:
+        blocks = list(group.blocks)
+        rnd.shuffle(blocks)  # type: ignore[attr-defined]
+        shuffled.append(SourceBlocks(group.source, tuple(blocks)))
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    try:
+        _, first = _run(scenario)
+    except EXPECTED_ERRORS as err:
+        try:
+            _run(scenario, shuffled)
+        except type(err) as again:
+            assert str(again) == str(err)
+            return
+        raise AssertionError("only one order raised") from err
+    _, second = _run(scenario, shuffled)
+    assert first == second
+
+
+@PROPERTY
+@given(scenarios(protected=False), st.data())
+def test_removing_a_lower_ranked_block_leaves_higher_ranked_decisions(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    """Removing optional block R never changes higher-ranked decisions unrelated to R.
+
+    "Higher-ranked" is measured against R's effective rank: the best rank among R and every
+    block that (transitively) depends on R, because a dependency is admitted at its dependent's
+    turn. Blocks that depend on R or lie in R's closure are excluded, as SPEC §5 says.
+    """
+    try:
+        graph, before = _run(scenario)
+    except EXPECTED_ERRORS:
+        return
+    removed = data.draw(st.sampled_from(sorted(graph)))
+    dependents = _dependents(graph, removed)
+    effective = min(rank_key(graph[q]) for q in {removed, *dependents})
+    related = dependents | set(closure(graph, [removed]))
+    groups = [
+        SourceBlocks(g.source, tuple(b for b in g.blocks if f"{g.source}/{b.id}" != removed))
+        for g in scenario.groups
+    ]
+    try:
+        _, after = _run(scenario, groups)
+    except EXPECTED_ERRORS:
+        raise AssertionError("removing an optional block made selection fail") from None
+    for qid, node in graph.items():
+        if qid in related or rank_key(node) >= effective:
+            continue
+        assert after.decisions[qid] == before.decisions[qid], (qid, removed)
+
+
+def _dependents(graph: dict[str, Node], qid: str) -> set[str]:
+    found: set[str] = set()
+    stack = [qid]
+    while stack:
+        for dependent in graph[stack.pop()].dependents:
+            if dependent not in found:
+                found.add(dependent)
+                stack.append(dependent)
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_same_input_same_output(scenario: Scenario) -> None:
+    """Two runs over the same input are byte-identical (content, decisions and order)."""
+    try:
+        _, first = _run(scenario)
+    except EXPECTED_ERRORS:
+        return
+    _, second = _run(scenario)
+    assert first == second
