@@ -8,6 +8,7 @@ contributor is called, so a bad request never starts a webhook and nothing is ha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -160,7 +161,7 @@ def whiteboard_blocks(whiteboard: Whiteboard) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def materialised_inputs(request: PrepareRequest, setups: list[SourceSetup]) -> list[SourceInput]:
+def materialised_inputs(request: PrepareRequest, setups: Sequence[SourceSetup]) -> list[SourceInput]:
     """Inputs for the sources that need no call: inline contributions and the whiteboard."""
     inline = {item.source: item for item in request.contributions}
     inputs: list[SourceInput] = []

@@ -1,0 +1,97 @@
+"""``create_app(settings)``: the FastAPI application and its lifespan wiring."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import structlog
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from context_assembly import __version__
+from context_assembly.api.auth import Authenticator
+from context_assembly.api.middleware import BodyLimit, RequestContext
+from context_assembly.api.problems import install_problem_handlers
+from context_assembly.api.routes import ops, v1
+from context_assembly.config import Settings
+from context_assembly.contributors.client import create_client
+from context_assembly.contributors.ssrf import Resolver
+from context_assembly.metrics import Metrics
+from context_assembly.preparations import Clock, Preparations
+from context_assembly.storage import Store, open_store
+from context_assembly.tokens.counter import get_counter
+from context_assembly.tokens.registry import ModelRegistry
+
+log = structlog.get_logger("context_assembly.app")
+
+
+def _operation_id(route: APIRoute) -> str:
+    # Stable operation ids (clients are generated from them): the route's name.
+    return route.name
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    client: httpx.AsyncClient | None = None,
+    resolver: Resolver | None = None,
+    clock: Clock | None = None,
+) -> FastAPI:
+    """Build the app. Injected ``store``/``client`` are used as given and not closed by the app."""
+    metrics = Metrics()
+    registry = ModelRegistry.load()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own_store = store is None
+        own_client = client is None
+        the_store = store or await open_store(
+            settings.store.backend,
+            path=settings.store.path,
+            redis_url=settings.store.redis_url,
+            key_prefix=settings.store.key_prefix,
+        )
+        the_client = client or create_client()
+        for name in ("o200k_base", "cl100k_base"):
+            get_counter(name).count("warm up")  # build encodings now, not on the first request
+        app.state.preparations = Preparations(
+            settings, the_store, the_client, registry, resolver=resolver, clock=clock
+        )
+        log.info("started", store=settings.store.backend, version=__version__)
+        try:
+            yield
+        finally:
+            if own_client:
+                await the_client.aclose()
+            if own_store:
+                await the_store.aclose()
+            log.info("stopped")
+
+    app = FastAPI(
+        title="context-assembly",
+        version=__version__,
+        summary="Which source data enters each model call, under a token budget, explained.",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.auth = Authenticator(settings.auth)
+    app.state.metrics = metrics
+    app.state.registry = registry
+    app.state.settings = settings
+    install_problem_handlers(app)
+    app.include_router(v1)
+    app.include_router(ops)
+    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(RequestContext, metrics=metrics)
+    return app
+
+
+def openapi_document(settings: Settings | None = None) -> dict[str, Any]:
+    """The OpenAPI document of the app (what ``make openapi`` writes)."""
+    app = create_app(settings or Settings())
+    document: dict[str, Any] = app.openapi()
+    return document

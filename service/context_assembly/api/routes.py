@@ -1,0 +1,252 @@
+"""Thin, typed routes: parse → call ``Preparations`` → return a response model."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict
+
+from context_assembly.api.auth import Authenticator
+from context_assembly.api.breakdown import render_html, render_text
+from context_assembly.api.problems import PROBLEM_JSON, problem_response
+from context_assembly.core.request import PrepareRequest
+from context_assembly.core.result import PrepareResponse
+from context_assembly.errors import StoreUnavailableError
+from context_assembly.lifecycle import (
+    BudgetResponse,
+    PreparationView,
+    RepairRequest,
+    RepairResponse,
+    UsageRequest,
+    UsageResponse,
+    ValidateRequest,
+    ValidateResponse,
+)
+from context_assembly.metrics import Metrics
+from context_assembly.preparations import Preparations
+from context_assembly.tokens.registry import ModelRegistry
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem; ``code`` is one of the service's error codes."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {
+        status: {
+            "model": Problem,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }
+
+
+def get_tenant(request: Request) -> str:
+    auth: Authenticator = request.app.state.auth
+    return auth.tenant(request)
+
+
+def get_preparations(request: Request) -> Preparations:
+    service: Preparations = request.app.state.preparations
+    return service
+
+
+def get_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+Tenant = Annotated[str, Depends(get_tenant)]
+Service = Annotated[Preparations, Depends(get_preparations)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+v1 = APIRouter(prefix="/v1")
+ops = APIRouter()
+COMMON = (401, 413, 422, 503)
+
+
+@v1.post(
+    "/prepare",
+    response_model=PrepareResponse,
+    responses=_problems(*COMMON, 502, 504),
+    name="prepare",
+)
+async def prepare(
+    body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep
+) -> PrepareResponse:
+    """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
+    started = time.perf_counter()
+    response = await service.prepare(tenant, body)
+    metrics.observe_preparation("prepare", time.perf_counter() - started, response)
+    return response
+
+
+@v1.post("/budget", response_model=BudgetResponse, responses=_problems(*COMMON), name="budget")
+async def budget(body: PrepareRequest, tenant: Tenant, service: Service) -> BudgetResponse:
+    """The budget of what is already materialisable (legacy content, inline blocks); no contributor runs."""
+    return await service.budget(tenant, body)
+
+
+@v1.get(
+    "/preparations/{preparation_id}",
+    response_model=PreparationView,
+    responses=_problems(401, 404, 503),
+    name="get_preparation",
+)
+async def get_preparation(preparation_id: str, tenant: Tenant, service: Service) -> PreparationView:
+    """Manifest, budget, fingerprint and accounting of one preparation (never block bodies)."""
+    return await service.get(tenant, preparation_id)
+
+
+@v1.post(
+    "/preparations/{preparation_id}/validate",
+    response_model=ValidateResponse,
+    responses=_problems(*COMMON, 404, 409),
+    name="validate_preparation",
+)
+async def validate(
+    preparation_id: str, body: ValidateRequest, tenant: Tenant, service: Service
+) -> ValidateResponse:
+    """Final dispatch check: model, scope, prefix, input, expiry and contributor revisions."""
+    return await service.validate(tenant, preparation_id, body)
+
+
+@v1.post(
+    "/preparations/{preparation_id}/refresh",
+    response_model=PrepareResponse,
+    responses=_problems(*COMMON, 404, 409, 502, 504),
+    name="refresh_preparation",
+)
+async def refresh(
+    preparation_id: str, body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep
+) -> PrepareResponse:
+    """One more contribution and selection round after host hooks edited history or input (once)."""
+    started = time.perf_counter()
+    response = await service.refresh(tenant, preparation_id, body)
+    metrics.observe_preparation("refresh", time.perf_counter() - started, response)
+    return response
+
+
+@v1.post(
+    "/preparations/{preparation_id}/repair",
+    response_model=RepairResponse,
+    responses=_problems(*COMMON, 404, 409),
+    name="repair_preparation",
+)
+async def repair(
+    preparation_id: str, body: RepairRequest, tenant: Tenant, service: Service
+) -> RepairResponse:
+    """A structured-output repair frame over the frozen dispatched frame; no contributor is called."""
+    return await service.repair(tenant, preparation_id, body)
+
+
+@v1.post(
+    "/preparations/{preparation_id}/usage",
+    response_model=UsageResponse,
+    responses=_problems(*COMMON, 404),
+    name="report_usage",
+)
+async def usage(
+    preparation_id: str, body: UsageRequest, tenant: Tenant, service: Service, metrics: MetricsDep
+) -> UsageResponse:
+    """Record the provider's usage object; the same ``report_id`` twice changes nothing."""
+    response = await service.usage(tenant, preparation_id, body)
+    last = response.accounting.last
+    if last is not None and last.report_id == body.report_id and last.input_token_delta is not None:
+        metrics.usage_delta.labels(body.provider).observe(last.input_token_delta)
+    return response
+
+
+@v1.get(
+    "/preparations/{preparation_id}/breakdown",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/html": {}, "text/plain": {}}}, **_problems(401, 404, 503)},
+    name="get_breakdown",
+)
+async def breakdown(
+    preparation_id: str, request: Request, tenant: Tenant, service: Service
+) -> Response:
+    """Human view: budget bars, decisions with reasons, accounting. HTML for browsers, else text."""
+    view = await service.get(tenant, preparation_id)
+    if "text/html" in request.headers.get("accept", ""):
+        return HTMLResponse(render_html(view))
+    return PlainTextResponse(render_text(view))
+
+
+class ModelInfo(BaseModel):
+    name: str
+    provider: str
+    context_window: int | None
+    max_output_tokens: int | None
+    tokenizer: str
+    tokens_per_message: int
+    tokens_per_name: int
+    reply_priming: int
+    tokens_per_tool: int
+    min_cacheable_prefix: int | None
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+    fallback_context_window: int
+
+
+@v1.get("/models", response_model=ModelList, name="list_models")
+async def models(request: Request) -> ModelList:
+    """The capacity registry: window, output limit, tokenizer, framing overhead, cacheable prefix."""
+    from context_assembly.core.budget import FALLBACK_CAPACITY
+
+    registry: ModelRegistry = request.app.state.registry
+    items = [
+        ModelInfo(
+            name=p.name,
+            provider=p.provider,
+            context_window=p.context_window,
+            max_output_tokens=p.max_output_tokens,
+            tokenizer=p.tokenizer,
+            tokens_per_message=p.tokens_per_message,
+            tokens_per_name=p.tokens_per_name,
+            reply_priming=p.reply_priming,
+            tokens_per_tool=p.tokens_per_tool,
+            min_cacheable_prefix=p.min_cacheable_prefix,
+        )
+        for p in registry.all()
+    ]
+    return ModelList(models=items, fallback_context_window=FALLBACK_CAPACITY)
+
+
+class Health(BaseModel):
+    status: str
+
+
+@ops.get("/healthz", response_model=Health, name="healthz")
+async def healthz() -> Health:
+    """Liveness: the process answers."""
+    return Health(status="ok")
+
+
+@ops.get("/readyz", response_model=Health, responses=_problems(503), name="readyz")
+async def readyz(service: Service) -> Response | Health:
+    """Readiness: the store answers its ping."""
+    try:
+        await service.store.ping()
+    except StoreUnavailableError as err:
+        return problem_response(err, "/readyz")
+    return Health(status="ready")
+
+
+@ops.get("/metrics", response_class=PlainTextResponse, name="metrics")
+async def metrics_endpoint(metrics: MetricsDep) -> Response:
+    """Prometheus metrics of this process."""
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

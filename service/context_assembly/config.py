@@ -1,0 +1,159 @@
+"""Service settings (SPEC §10.1): a TOML file, overridden by ``CONTEXT_ASSEMBLY_*`` variables.
+
+Nested keys use ``__`` in variable names (``CONTEXT_ASSEMBLY_STORE__BACKEND=redis``). Settings are
+built once in the entrypoint and passed to ``create_app(settings)``; validators refuse unsafe
+combinations at start-up (authentication off on a non-loopback bind, SQLite with several workers).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    drain_seconds: float = Field(default=10.0, ge=0, le=300)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ApiKey(_Section):
+    tenant: str = Field(min_length=1, max_length=128)
+    key_sha256: str
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        value = value.lower()
+        if not _HEX64.match(value):
+            raise ValueError("key_sha256 must be the 64-character hex sha256 of the key")
+        return value
+
+
+class AuthSettings(_Section):
+    mode: Literal["api_key", "none"] = "none"
+    keys: list[ApiKey] = Field(default_factory=list)
+    admin_key_sha256: str | None = None
+
+
+class StoreSettings(_Section):
+    backend: Literal["sqlite", "redis"] = "sqlite"
+    path: str = "context-assembly.db"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "ca:"
+    ttl_seconds: int = Field(default=3600, ge=1, le=30 * 24 * 3600)
+
+
+class ContributorSettings(_Section):
+    url: str
+    secret: SecretStr | None = None
+    failure_policy: Literal["fail", "omit"] = "fail"
+    tenants: list[str] | None = None
+
+
+class InlineUrlSettings(_Section):
+    allow: list[str] = Field(default_factory=list)
+    allow_private: bool = False
+
+
+class LimitSettings(_Section):
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_contributor_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    validate_timeout_ms: int = Field(default=1000, ge=1, le=30_000)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds to loopback only."""
+    if host in {"localhost", "localhost."}:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    """Everything the service is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CONTEXT_ASSEMBLY_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    contributors: dict[str, ContributorSettings] = Field(default_factory=dict)
+    inline_urls: InlineUrlSettings = Field(default_factory=InlineUrlSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+
+    @model_validator(mode="after")
+    def _safe(self) -> Settings:
+        if self.auth.mode == "none" and not is_loopback(self.server.host):
+            raise ValueError(
+                f"auth mode 'none' is only allowed on a loopback bind, not {self.server.host!r}; "
+                'configure [auth] mode = "api_key" with keys'
+            )
+        if self.auth.mode == "api_key" and not self.auth.keys:
+            raise ValueError("auth mode 'api_key' needs at least one [[auth.keys]] entry")
+        if self.store.backend == "sqlite" and self.server.workers > 1:
+            raise ValueError(
+                'the SQLite store serves one process: use --workers 1, or [store] backend = "redis"'
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Explicit arguments win, then the environment, then the TOML file (if any).
+        toml_file = _TOML_FILE.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+
+_TOML_FILE: dict[str, Path | None] = {"path": None}
+
+
+def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from an optional TOML file, the environment and explicit overrides.
+
+    Raises:
+        ValueError: (pydantic ``ValidationError``) naming the offending setting.
+        FileNotFoundError: when ``config`` names a file that does not exist.
+    """
+    path = Path(config) if config is not None else None
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"configuration file not found: {path}")
+    _TOML_FILE["path"] = path
+    try:
+        return Settings(**overrides)
+    finally:
+        _TOML_FILE["path"] = None

@@ -1,0 +1,489 @@
+"""Contributor webhook calls: fan-out under one deadline, size caps, validation, failure policy.
+
+SPEC §3.4. Every call has **one total deadline** (``asyncio.timeout``) around the whole exchange:
+connect, request, response headers and the streamed body. httpx's per-phase timeouts are set to
+the remaining time as a second line only; a server that drips one byte at a time defeats a
+per-read timeout, never this deadline. At the deadline the call's task is cancelled, its
+connection closed, and its outcome settled as ``timeout``; outcomes are taken only from the
+``gather`` result, so an answer that arrives later has nothing left to change.
+
+Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (deadline or a transport
+timeout); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
+``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
+``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
+time left to send). A ``cause`` says what happened without quoting the body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import socket
+import ssl
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import aiohttp
+import httpx
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from context_assembly.contributors.client import PIN_EXTENSION
+from context_assembly.contributors.signing import (
+    CallType,
+    sign_headers,
+    validate_secret,
+    webhook_id,
+)
+from context_assembly.contributors.ssrf import CheckedTarget
+from context_assembly.core.request import Block, Frozen, Message, Revision, Scope
+from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
+
+TIMEOUT_HEADER = "X-Contributor-Timeout-Ms"
+"""Remaining budget in integer milliseconds at send time (like Envoy's
+``x-envoy-expected-rq-timeout-ms`` and Connect's ``Connect-Timeout-Ms``): relative, so
+contributors need no synchronised clock."""
+
+Status = Literal["ok", "timeout", "error", "invalid", "too_large", "skipped_deadline"]
+FailurePolicy = Literal["fail", "omit"]
+TargetKind = Literal["registered", "inline"]
+
+_DEADLINE_STATUSES = frozenset({"timeout", "skipped_deadline"})
+_UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for Revision's members
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class ContributorTarget:
+    """One contributor to call: a registered endpoint (trusted) or an SSRF-checked inline URL."""
+
+    source: str
+    url: str
+    secret: str | None = None
+    failure_policy: FailurePolicy = "fail"
+    kind: TargetKind = "registered"
+    checked: CheckedTarget | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind == "inline" and self.checked is None:
+            raise ValueError(f"inline contributor {self.source!r} must be SSRF-checked first")
+        if self.secret is not None:
+            validate_secret(self.secret)
+
+
+@dataclass(frozen=True, slots=True)
+class ContributorOutcome:
+    """What one contributor call produced; a settled value that nothing changes afterwards."""
+
+    source: str
+    status: Status
+    duration_ms: float
+    revision: Revision | None = None
+    blocks: tuple[Block, ...] = ()
+    cause: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the contributor answered in time with a valid ``{revision, blocks}``."""
+        return self.status == "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class PacketFields:
+    """The parts of a ``contribute`` packet shared by every source of one preparation.
+
+    ``source_token_limits`` maps a source to its ``source_token_limit`` (``null`` when absent);
+    ``attempt`` is 1 for prepare and 2 for refresh (it keys the stable ``webhook-id``).
+    """
+
+    preparation_id: str
+    model: str
+    input: Sequence[Message]
+    data_budget_tokens: int
+    scope: Scope
+    deadline_unix_ms: int
+    source_token_limits: Mapping[str, int] = field(default_factory=dict)
+    attempt: int = 1
+
+
+def _finite_revision(value: Revision) -> Revision:
+    # orjson already refuses NaN and Infinity; this keeps the rule explicit for any other path.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("revision must be a finite number or a string")
+    return value
+
+
+class ContributorAnswer(Frozen):
+    """A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
+    them (the request-wide block rules of SPEC §5.1 run later, over every source, in the core).
+    """
+
+    revision: Revision
+    blocks: list[Block]
+
+    _revision_finite = field_validator("revision")(_finite_revision)
+
+
+class RevisionAnswer(BaseModel):
+    """The answer to a ``revision`` packet: ``{revision}`` (other members are ignored, so a
+    contributor may answer both packet types with the same body)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    revision: Revision
+
+    _revision_finite = field_validator("revision")(_finite_revision)
+
+
+# --------------------------------------------------------------------------- one exchange
+
+
+@dataclass(frozen=True, slots=True)
+class _Exchange:
+    status: Status
+    duration_ms: float
+    body: bytes | None = None
+    cause: str | None = None
+
+
+class _Failure(Exception):
+    """A settled non-ok result raised out of the response reader."""
+
+    def __init__(self, status: Status, cause: str) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.cause = cause
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _classify(exc: BaseException) -> tuple[Status, str]:
+    """Status and cause of a transport exception, judged by its root cause.
+
+    httpx_aiohttp maps every ``aiohttp.ClientConnectionError`` (a reset, a server disconnect) to
+    ``httpx.ConnectTimeout``, so the aiohttp/OS exceptions in the chain are consulted first.
+    """
+    chain = _chain(exc)
+
+    def has(*types: type[BaseException]) -> bool:
+        return any(isinstance(e, types) for e in chain)
+
+    if has(ConnectionRefusedError):
+        return "error", "connect refused"
+    if has(aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError):
+        return "error", "TLS certificate verification failed"
+    if has(aiohttp.ClientSSLError, ssl.SSLError):
+        return "error", "TLS error"
+    if has(aiohttp.ClientConnectorDNSError, socket.gaierror):
+        return "error", "name resolution failed"
+    if has(aiohttp.ServerTimeoutError):
+        return "timeout", "transport timeout"
+    if has(ConnectionResetError):
+        return "error", "connection reset"
+    if has(aiohttp.ServerDisconnectedError):
+        return "error", "server closed the connection"
+    if has(aiohttp.ClientPayloadError, httpx.ReadError):
+        return "error", "connection closed before the body was complete"
+    if has(httpx.RemoteProtocolError, aiohttp.ClientResponseError):
+        return "error", "HTTP protocol error"
+    if has(aiohttp.ClientConnectorError, httpx.ConnectError):
+        return "error", "connect failed"
+    if has(httpx.TimeoutException):
+        return "timeout", "transport timeout"
+    if has(httpx.UnsupportedProtocol):
+        return "error", "request refused by the transport"
+    return "error", f"transport error ({type(exc).__name__})"
+
+
+def _check_head(response: httpx.Response, max_bytes: int) -> None:
+    code = response.status_code
+    if 300 <= code < 400:
+        raise _Failure("error", f"HTTP {code} redirect (not followed)")
+    if not 200 <= code < 300:
+        raise _Failure("error", f"HTTP {code}")
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _Failure("invalid", "compressed body (content-encoding) not accepted")
+    content_type = response.headers.get("content-type")
+    if content_type is not None:
+        mime = content_type.split(";", 1)[0].strip().lower()
+        if mime != "application/json" and not mime.endswith("+json"):
+            raise _Failure("invalid", "content-type is not JSON")
+    length = response.headers.get("content-length")
+    if length is not None and length.strip().isdigit() and int(length) > max_bytes:
+        raise _Failure("too_large", f"Content-Length {int(length)} over the {max_bytes}-byte cap")
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+    # _check_head admitted identity encoding only, so these bytes are the wire bytes (aiter_bytes
+    # also serves a response whose body was read ahead, as mocks do).
+    buffer = bytearray()
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        if len(buffer) > max_bytes:
+            raise _Failure("too_large", f"body over the {max_bytes}-byte cap")
+    return bytes(buffer)
+
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    target: ContributorTarget,
+    body: bytes,
+    msg_id: str,
+    deadline_monotonic: float,
+    max_response_bytes: int,
+    clock: Callable[[], float],
+) -> _Exchange:
+    """POST ``body`` and read a capped 2xx JSON body, all within the one deadline."""
+    started = clock()
+    remaining = deadline_monotonic - started
+    if remaining < 0.001:
+        return _Exchange("skipped_deadline", 0.0, cause="no time left before the deadline")
+
+    def settled(status: Status, cause: str | None = None, data: bytes | None = None) -> _Exchange:
+        return _Exchange(status, (clock() - started) * 1000.0, data, cause)
+
+    headers = {
+        "content-type": "application/json",
+        TIMEOUT_HEADER: str(max(1, int(remaining * 1000))),
+        **sign_headers(target.secret, msg_id, body),
+    }
+    extensions: dict[str, Any] = {}
+    url = target.url
+    if target.checked is not None:
+        extensions[PIN_EXTENSION] = target.checked
+        url = target.checked.url
+    phase = "waiting for the response headers"
+    deadline = asyncio.timeout(remaining)
+    try:
+        async with deadline:
+            request = client.build_request(
+                "POST",
+                url,
+                content=body,
+                headers=headers,
+                # Per-phase timeouts: a second line only, never longer than the deadline.
+                timeout=httpx.Timeout(remaining),
+                extensions=extensions,
+            )
+            response = await client.send(request, stream=True)
+            try:
+                phase = "reading the body"
+                _check_head(response, max_response_bytes)
+                data = await _read_capped(response, max_response_bytes)
+            finally:
+                await response.aclose()
+    except _Failure as failure:
+        return settled(failure.status, failure.cause)
+    except TimeoutError as exc:
+        if deadline.expired():
+            return settled("timeout", f"deadline reached while {phase}")
+        return settled(*_classify(exc))
+    except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
+        return settled(*_classify(exc))
+    return settled("ok", data=data)
+
+
+def _schema_cause(err: ValidationError) -> str:
+    """``schema: blocks.3.priority: Input should be a valid integer``.
+
+    No body text: inputs are excluded, and the one location part that comes from the body (the
+    name of an unexpected member) is replaced by ``<unknown field>``. Union member tags
+    (``revision.str``) are dropped so that one bad revision is one entry.
+    """
+    parts: list[str] = []
+    seen: set[str] = set()
+    for item in err.errors(include_input=False, include_url=False):
+        loc_parts = [p for p in item["loc"] if p not in _UNION_TAGS]
+        if item["type"] == "extra_forbidden" and loc_parts:
+            loc_parts[-1] = "<unknown field>"
+        loc = ".".join(str(p) for p in loc_parts) or "(root)"
+        if loc in seen:
+            continue
+        seen.add(loc)
+        parts.append(f"{loc}: {item['msg']}")
+    extra = len(seen) - 3
+    text = "; ".join(parts[:3]) + (f" (and {extra} more)" if extra > 0 else "")
+    return f"schema: {text}"
+
+
+def _parse_json(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        raise _Failure("invalid", f"invalid JSON at char {err.pos}") from err
+
+
+# --------------------------------------------------------------------------- public calls
+
+
+async def _contribute_one(
+    client: httpx.AsyncClient,
+    target: ContributorTarget,
+    common: Mapping[str, Any],
+    packet_fields: PacketFields,
+    deadline_monotonic: float,
+    max_response_bytes: int,
+    clock: Callable[[], float],
+) -> ContributorOutcome:
+    started = clock()
+    try:
+        packet = {
+            "type": "contribute",
+            "preparation_id": packet_fields.preparation_id,
+            "source": target.source,
+            "model": packet_fields.model,
+            "input": common["input"],
+            "data_budget_tokens": packet_fields.data_budget_tokens,
+            "source_token_limit": packet_fields.source_token_limits.get(target.source),
+            "scope": common["scope"],
+            "deadline_unix_ms": packet_fields.deadline_unix_ms,
+        }
+        body = orjson.dumps(packet)
+        msg_id = webhook_id(
+            packet_fields.preparation_id, target.source, "contribute", packet_fields.attempt
+        )
+        result = await _exchange(
+            client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
+        )
+        if result.status != "ok" or result.body is None:
+            return ContributorOutcome(
+                target.source, result.status, result.duration_ms, cause=result.cause
+            )
+        try:
+            answer = ContributorAnswer.model_validate(_parse_json(result.body))
+        except ValidationError as err:
+            return ContributorOutcome(
+                target.source, "invalid", result.duration_ms, cause=_schema_cause(err)
+            )
+        except _Failure as failure:
+            return ContributorOutcome(
+                target.source, failure.status, result.duration_ms, cause=failure.cause
+            )
+        return ContributorOutcome(
+            target.source, "ok", result.duration_ms, answer.revision, tuple(answer.blocks)
+        )
+    except Exception as exc:  # one contributor's surprise must never sink the whole fan-out
+        return ContributorOutcome(
+            target.source,
+            "error",
+            (clock() - started) * 1000.0,
+            cause=f"unexpected {type(exc).__name__}",
+        )
+
+
+async def contribute_all(
+    client: httpx.AsyncClient,
+    targets: Sequence[ContributorTarget],
+    packet_fields: PacketFields,
+    deadline_monotonic: float,
+    max_response_bytes: int,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[ContributorOutcome]:
+    """Call every target concurrently and return one outcome per target, in target order.
+
+    Each call sends a ``contribute`` packet (SPEC §3.4) with ``X-Contributor-Timeout-Ms`` (the
+    remaining integer ms at send time, at least 1), ``content-type: application/json``, a stable
+    ``webhook-id`` and, when the target has a secret, Standard Webhooks signature headers. All
+    calls share ``deadline_monotonic`` (a ``clock()`` value): a call with no time left is
+    ``skipped_deadline`` and never sent; a call still running at the deadline is cancelled and
+    ``timeout``. Never raises for a contributor failure; see :func:`raise_for_failures`. The
+    client must come from :func:`~.client.create_client` for inline targets to be pinned.
+    """
+    if not targets:
+        return []
+    common = {
+        "input": [m.model_dump(mode="json", exclude_none=True) for m in packet_fields.input],
+        "scope": packet_fields.scope.model_dump(mode="json"),
+    }
+    calls = [
+        _contribute_one(
+            client, t, common, packet_fields, deadline_monotonic, max_response_bytes, clock
+        )
+        for t in targets
+    ]
+    return list(await asyncio.gather(*calls))
+
+
+def raise_for_failures(
+    outcomes: Sequence[ContributorOutcome], targets: Sequence[ContributorTarget]
+) -> None:
+    """Raise for failed contributors whose policy is ``fail``; ``omit`` failures pass through.
+
+    A non-deadline failure wins (``ContributorFailedError``, 502, naming the first such source
+    with its status and cause); if every failure is a deadline one (``timeout`` or
+    ``skipped_deadline``) it is ``AssemblyTimeoutError`` (504) naming the sources. Both carry
+    ``contributors``: every failed ``fail``-policy source with its status and cause.
+    """
+    policies = {t.source: t.failure_policy for t in targets}
+    failed = [o for o in outcomes if not o.ok and policies.get(o.source, "fail") == "fail"]
+    if not failed:
+        return
+    listing = [{"source": o.source, "status": o.status, "cause": o.cause} for o in failed]
+    hard = [o for o in failed if o.status not in _DEADLINE_STATUSES]
+    if hard:
+        first = hard[0]
+        raise ContributorFailedError(
+            f"contributor {first.source!r} failed: {first.status} ({first.cause})",
+            source=first.source,
+            contributor_status=first.status,
+            cause=first.cause,
+            contributors=listing,
+        )
+    names = ", ".join(repr(o.source) for o in failed)
+    raise AssemblyTimeoutError(
+        f"contributors did not finish before the deadline: {names}",
+        sources=[o.source for o in failed],
+        contributors=listing,
+    )
+
+
+async def query_revision(
+    client: httpx.AsyncClient,
+    target: ContributorTarget,
+    scope: Scope,
+    deadline_monotonic: float,
+    *,
+    preparation_id: str = "",
+    check_id: str | int | None = None,
+    max_response_bytes: int = 65_536,
+    clock: Callable[[], float] = time.monotonic,
+) -> tuple[Status, Revision | None]:
+    """Ask a contributor for its current revision (``{type: "revision", source, scope}``).
+
+    Used by validate. Same deadline, header, signing and failure rules as a contribution; the
+    answer must be a JSON object with a finite-number or string ``revision``. Returns the status
+    and, when ``ok``, the revision. ``check_id`` distinguishes repeated checks of one
+    preparation so that each gets its own ``webhook-id`` (default: a random token, because a
+    contributor that deduplicates on the id must not drop a later check).
+    """
+    call: CallType = "revision"
+    if check_id is None:
+        check_id = secrets.token_hex(8)
+    body = orjson.dumps(
+        {"type": "revision", "source": target.source, "scope": scope.model_dump(mode="json")}
+    )
+    msg_id = webhook_id(preparation_id, target.source, call, check_id)
+    try:
+        result = await _exchange(
+            client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
+        )
+        if result.status != "ok" or result.body is None:
+            return result.status, None
+        answer = RevisionAnswer.model_validate(_parse_json(result.body))
+    except (_Failure, ValidationError):
+        return "invalid", None
+    except Exception:  # as in contribute_all: a surprise is an error, not a crash of validate
+        return "error", None
+    return "ok", answer.revision

@@ -1,0 +1,182 @@
+"""The one shared HTTP client for contributor webhooks, and connection pinning for inline URLs.
+
+httpx stays the client API (so respx, timeouts and the request/response types are the usual
+ones), but requests travel over aiohttp through ``httpx_aiohttp.AiohttpTransport``: on this
+project's 2-core machines httpx's own pool costs ~0.9 ms of CPU per request and collapses at
+128 requests in flight, while aiohttp carries the same fan-out at ~1/7 the CPU
+(the project perf baseline, reference/perf-baseline.md §4; ``bench/bench_fanout.py``).
+
+Create the client **once per app** (lifespan) with :func:`create_client` and ``await
+client.aclose()`` at shutdown; never one per request (an SSL context alone costs ~20 ms).
+
+Pinning (no DNS rebinding). :class:`ContributorTransport` keeps two aiohttp sessions:
+
+* ``trusted``: registered contributors from the configuration, normal DNS, normal pooling;
+* ``pinned``: inline URLs. Its connector's resolver (:class:`PinnedResolver`) never performs a
+  lookup: it answers with the addresses of the :class:`~.ssrf.CheckedTarget` that the *current
+  request* carries in its ``extensions[PIN_EXTENSION]``, handed over through a ``ContextVar``
+  that is set only while that request connects (aiohttp resolves in the calling task when its
+  DNS cache is off). A request without a pin, or whose URL does not match its pin, cannot
+  connect through this pool. Literal-IP URLs skip the resolver and connect to the literal
+  address, which is exactly the one that was checked. TLS SNI and certificate checks use the
+  URL's host name. Keep-alive connections in the pinned pool were opened to checked addresses
+  only, and the pool is never shared with the trusted one.
+
+This was chosen over one connector per checked target because it keeps connection reuse and
+needs no per-call session lifecycle, and over a host→address map because the ContextVar ties the
+answer to the request that was checked, so concurrent requests never see each other's answers.
+Redirects are never followed (a 3xx is a contributor failure), no proxy is read from the
+environment (a proxy would resolve the name itself and defeat pinning), and cookies are never
+kept (a contributor must not be able to correlate requests of different tenants).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from contextvars import ContextVar
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+import aiohttp
+import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
+from httpx_aiohttp import AiohttpTransport
+
+from context_assembly.contributors.ssrf import CheckedTarget
+
+PIN_EXTENSION = "context_assembly.pinned_target"
+"""Request extension holding the :class:`CheckedTarget` an inline request must connect to."""
+
+_CURRENT_PIN: ContextVar[CheckedTarget | None] = ContextVar("contributor_pin", default=None)
+_NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+
+DEFAULT_HEADERS = {
+    "user-agent": "context-assembly",
+    "accept": "application/json",
+    # Bodies are capped on the wire bytes; a compressed body would defeat the cap, so ask for none.
+    "accept-encoding": "identity",
+}
+
+
+class PinnedResolver(AbstractResolver):
+    """An aiohttp resolver that answers only with the current request's checked addresses."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Return the pinned addresses for ``host``; raise ``OSError`` when nothing is pinned."""
+        pin = _CURRENT_PIN.get()
+        if pin is None or host.lower().rstrip(".") != pin.host or port != pin.port:
+            raise OSError("no checked address is pinned for this host")
+        results: list[ResolveResult] = []
+        for address in pin.addresses:
+            fam = socket.AF_INET6 if ":" in address else socket.AF_INET
+            if family not in (socket.AF_UNSPEC, fam):
+                continue
+            results.append(
+                {
+                    "hostname": host,
+                    "host": address,
+                    "port": port,
+                    "family": fam,
+                    "proto": 0,
+                    "flags": _NUMERIC,
+                }
+            )
+        if not results:
+            raise OSError("no checked address of the requested family")
+        return results
+
+    async def close(self) -> None:
+        """Nothing to release: no lookups are ever made."""
+
+
+def _session(
+    limits: httpx.Limits, ssl_context: ssl.SSLContext, *, pinned: bool
+) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        limit=limits.max_connections or 0,
+        keepalive_timeout=limits.keepalive_expiry,
+        ssl=ssl_context,
+        # The pinned pool must ask its resolver on every new connection, in the caller's task.
+        resolver=PinnedResolver() if pinned else None,
+        use_dns_cache=not pinned,
+    )
+    return aiohttp.ClientSession(
+        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
+    )
+
+
+class ContributorTransport(httpx.AsyncBaseTransport):
+    """An httpx transport over two aiohttp pools: trusted (registered) and pinned (inline)."""
+
+    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        # Sessions are created lazily, inside the running loop, on first use.
+        self._trusted = AiohttpTransport(
+            verify=ssl_context,
+            client=lambda: _session(limits, ssl_context, pinned=False),
+        )
+        self._pinned = AiohttpTransport(
+            verify=ssl_context,
+            client=lambda: _session(limits, ssl_context, pinned=True),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send through the trusted pool, or through the pinned pool when a pin is attached."""
+        pin = request.extensions.get(PIN_EXTENSION)
+        if pin is None:
+            response: httpx.Response = await self._trusted.handle_async_request(request)
+            return response
+        if not isinstance(pin, CheckedTarget):
+            raise httpx.UnsupportedProtocol("the pinned-target extension must be a CheckedTarget")
+        url = request.url
+        host = url.raw_host.decode("ascii").lower().rstrip(".")
+        port = url.port if url.port is not None else (443 if url.scheme == "https" else 80)
+        if (url.scheme, host, port) != (pin.scheme, pin.host, pin.port):
+            raise httpx.UnsupportedProtocol("request URL does not match its pinned target")
+        token = _CURRENT_PIN.set(pin)
+        try:
+            response = await self._pinned.handle_async_request(request)
+        finally:
+            _CURRENT_PIN.reset(token)
+        return response
+
+    async def aclose(self) -> None:
+        """Close both pools."""
+        await self._trusted.aclose()
+        await self._pinned.aclose()
+
+
+def create_client(
+    *,
+    limits: httpx.Limits | None = None,
+    timeout: httpx.Timeout | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """The shared contributor client: aiohttp transport with pinning, no redirects, no cookies.
+
+    ``timeout`` holds httpx's per-phase timeouts, a second line only (the deadline is enforced
+    around each call by ``calls.py``). ``transport`` replaces the aiohttp transport (tests,
+    benchmarks); inline URLs then lose pinning unless that transport honours
+    :data:`PIN_EXTENSION`. Call ``await client.aclose()`` at shutdown.
+    """
+    limits = limits or httpx.Limits(
+        max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0
+    )
+    if transport is None:
+        ctx = ssl_context or httpx.create_ssl_context(trust_env=False)
+        transport = ContributorTransport(limits=limits, ssl_context=ctx)
+    return httpx.AsyncClient(
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+        timeout=timeout or httpx.Timeout(5.0),
+        headers=DEFAULT_HEADERS,
+        # A jar whose policy accepts no domain: responses can never set cookies.
+        cookies=_no_cookies(),
+    )
+
+
+def _no_cookies() -> CookieJar:
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))

@@ -1,0 +1,482 @@
+"""Provider renderers: the neutral frame as an OpenAI, Anthropic or Gemini request body (SPEC §6).
+
+``render_frame`` is a pure function of the frame: same frame, same body; the frame is never
+mutated and the body shares no mutable object with it. It sets no cache key and no
+``cache_control`` marker: the service creates no provider cache and promises no hit (SPEC §6).
+
+Common rules
+    - Message order is kept; only the grouping of messages into turns changes where a provider
+      needs it (Anthropic, Gemini).
+    - Text parts become the provider's text item. Image, file and opaque parts are passed through
+      unchanged (with their neutral ``type``): the host supplies them in the target provider's
+      shape, the service cannot translate an arbitrary payload. For Gemini, which has no part
+      ``type``, the ``type`` key is dropped and the remaining fields form the part
+      (``{"type": "image", "inlineData": {...}}`` → ``{"inlineData": {...}}``).
+    - String tool-call ``arguments`` are sent as given to OpenAI; object arguments as compact
+      JSON. Anthropic and Gemini want an object: a JSON-object string is parsed, an empty string
+      is ``{}``, and anything else (not JSON, or JSON that is not an object) is kept verbatim as
+      ``{"_raw_arguments": "<the string>"}`` so nothing is silently lost.
+    - ``max_output_tokens`` becomes ``max_completion_tokens`` (OpenAI Chat), ``max_output_tokens``
+      (Responses), ``max_tokens`` (Anthropic) or ``generationConfig.maxOutputTokens`` (Gemini);
+      when it is ``None`` the key is left out and the host sets it (Anthropic requires one; the
+      renderer never invents a value).
+
+OpenAI Chat (``openai-chat``)
+    Roles, ``name``, ``tool_calls`` and ``tool_call_id`` map one to one; an assistant message with
+    tool calls and empty content sends ``content: null``, as the API itself returns it.
+
+OpenAI Responses (``openai-responses``)
+    system/developer/user/assistant messages are ``{role, content}`` input items (text parts are
+    ``input_text``, or ``output_text`` for the assistant). Assistant tool calls follow their
+    message as ``function_call`` items (an assistant message with no content yields only those);
+    tool messages are ``function_call_output`` items. Responses has no per-message ``name``: it is
+    dropped.
+
+Anthropic Messages (``anthropic``) and Gemini (``gemini``)
+    Neither has a developer role, nor system turns inside the conversation.
+
+    - The *leading* run of system/developer messages (before the first other message) becomes the
+      system prompt (``system`` / ``systemInstruction``): their texts joined with a blank line.
+      A leading message that carries a non-text part ends that run (a system prompt is text only)
+      and is treated like a later one.
+    - A later system or developer message keeps its position as a *user* turn whose text starts
+      with a marker line, ``[developer instructions]`` or ``[system instructions]``, so the model
+      can still tell host instructions from user text. This is a faithful mapping, not an
+      equivalent: the provider gives such text user-turn authority, no more.
+    - Assistant tool calls become ``tool_use`` blocks / ``functionCall`` parts after the
+      assistant's text; tool messages become user-turn ``tool_result`` blocks (``tool_use_id``) /
+      ``functionResponse`` parts (``response: {"content": <text>}``; the function name is looked
+      up from the call with the same id, else the tool message's ``name``; non-text parts of the
+      tool message follow the ``functionResponse`` in the same turn). Gemini gets no call ids:
+      it pairs calls and responses by name and order.
+    - Both require alternating turns: consecutive messages that map to the same role are merged
+      into one turn with several blocks/parts, in order. Empty texts are dropped (both APIs
+      refuse empty text blocks) before merging, so alternation also holds around them.
+    - If the first turn after the system prompt is the assistant's, it is kept as is: the
+      renderer never invents a user turn.
+    - Per-message ``name`` has no equivalent and is dropped.
+    - An empty tool ``parameters`` schema becomes ``{"type": "object", "properties": {}}`` for
+      Anthropic (``input_schema`` must be an object schema) and is left out for Gemini (which
+      refuses an object schema without properties).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from context_assembly.core.frame import Frame
+from context_assembly.core.request import Message, OpaquePart, Render, TextPart, ToolCall
+from context_assembly.errors import InvalidError
+
+RAW_ARGUMENTS_KEY = "_raw_arguments"
+"""Key under which non-object tool-call arguments are kept for Anthropic and Gemini."""
+
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
+def render_frame(
+    frame: Frame, target: Render, model: str, max_output_tokens: int | None
+) -> dict[str, Any]:
+    """Map the neutral frame to the request body of ``target`` (mapping rules in the module doc).
+
+    ``neutral`` returns the frame itself as JSON data (``messages``, ``tools``); ``model`` and
+    ``max_output_tokens`` are used by the provider targets only (Gemini takes the model in its
+    URL, so its body has no ``model``). Raises ``InvalidError`` naming the field when a tool
+    message cannot be linked to its call (no ``tool_call_id`` for Responses/Anthropic, no known
+    function name for Gemini) or object arguments cannot be encoded as JSON (integers beyond
+    64 bits).
+    """
+    if target == "neutral":
+        return frame.model_dump(mode="json", exclude_none=True)
+    if target == "openai-chat":
+        return _openai_chat(frame, model, max_output_tokens)
+    if target == "openai-responses":
+        return _openai_responses(frame, model, max_output_tokens)
+    if target == "anthropic":
+        return _anthropic(frame, model, max_output_tokens)
+    if target == "gemini":
+        return _gemini(frame, max_output_tokens)
+    raise InvalidError(f"unknown render target {target!r}", field="render")
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _opaque(part: OpaquePart) -> dict[str, Any]:
+    """A pass-through part as a fresh dict (never shared with the frame)."""
+    return part.model_dump(mode="json")
+
+
+def _texts(message: Message) -> list[str]:
+    """The message's texts in order: the string content, or each text part."""
+    if isinstance(message.content, str):
+        return [message.content]
+    return [part.text for part in message.content if isinstance(part, TextPart)]
+
+
+def _text_only(message: Message) -> bool:
+    return isinstance(message.content, str) or all(
+        isinstance(part, TextPart) for part in message.content
+    )
+
+
+def _arguments_string(arguments: str | dict[str, Any], path: str) -> str:
+    """Arguments as the JSON string OpenAI expects; object arguments become compact JSON."""
+    if isinstance(arguments, str):
+        return arguments
+    try:
+        return orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError as err:
+        # Only reachable with integers beyond 64 bits (a body parsed by stdlib json keeps them).
+        raise InvalidError(f"{path} cannot be encoded as JSON: {err}", field=path) from err
+
+
+def _arguments_object(arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """Arguments as a JSON object for Anthropic/Gemini (see the module doc for non-objects)."""
+    if isinstance(arguments, dict):
+        return copy.deepcopy(arguments)
+    if not arguments.strip():
+        return {}
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {RAW_ARGUMENTS_KEY: arguments}
+    if isinstance(parsed, dict):
+        return parsed
+    return {RAW_ARGUMENTS_KEY: arguments}
+
+
+def _require_call_id(message: Message, index: int, target: str) -> str:
+    if message.tool_call_id is None:
+        path = f"frame.messages[{index}].tool_call_id"
+        raise InvalidError(
+            f"{path} is required: a tool message needs it for render {target!r}", field=path
+        )
+    return message.tool_call_id
+
+
+def _split_system(messages: list[Message]) -> tuple[str | None, int]:
+    """The system prompt of the leading text-only system/developer run, and where the run ends."""
+    texts: list[str] = []
+    index = 0
+    while (
+        index < len(messages)
+        and messages[index].role in _INSTRUCTION_ROLES
+        and _text_only(messages[index])
+    ):
+        texts.extend(text for text in _texts(messages[index]) if text)
+        index += 1
+    return ("\n\n".join(texts) if texts else None), index
+
+
+def _marker(role: str) -> str:
+    return f"[{role} instructions]"
+
+
+def _merge_turns(turns: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tuple[str, list[Any]]]:
+    """Drop empty turns and merge consecutive turns of the same role (strict alternation)."""
+    merged: list[tuple[str, list[Any]]] = []
+    for role, items in turns:
+        if not items:
+            continue
+        if merged and merged[-1][0] == role:
+            merged[-1][1].extend(items)
+        else:
+            merged.append((role, list(items)))
+    return merged
+
+
+# --------------------------------------------------------------------------- OpenAI Chat
+
+
+def _chat_content(content: str | list[Any]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _opaque(part)
+        for part in content
+    ]
+
+
+def _chat_tool_call(call: ToolCall, path: str) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": _arguments_string(call.arguments, path)},
+    }
+
+
+def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+    # https://platform.openai.com/docs/api-reference/chat/create
+    messages: list[dict[str, Any]] = []
+    for index, message in enumerate(frame.messages):
+        item: dict[str, Any] = {"role": message.role}
+        empty = message.content == "" or message.content == []
+        item["content"] = None if message.tool_calls and empty else _chat_content(message.content)
+        if message.name is not None:
+            item["name"] = message.name
+        if message.tool_calls:
+            item["tool_calls"] = [
+                _chat_tool_call(call, f"frame.messages[{index}].tool_calls[{number}].arguments")
+                for number, call in enumerate(message.tool_calls)
+            ]
+        if message.tool_call_id is not None:
+            item["tool_call_id"] = message.tool_call_id
+        messages.append(item)
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if frame.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": copy.deepcopy(tool.parameters),
+                },
+            }
+            for tool in frame.tools
+        ]
+    if max_output_tokens is not None:
+        body["max_completion_tokens"] = max_output_tokens
+    return body
+
+
+# --------------------------------------------------------------------------- OpenAI Responses
+
+
+def _responses_content(content: str | list[Any], text_type: str) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    return [
+        {"type": text_type, "text": part.text} if isinstance(part, TextPart) else _opaque(part)
+        for part in content
+    ]
+
+
+def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+    # https://platform.openai.com/docs/api-reference/responses/create (input items:
+    # EasyInputMessage, function_call, function_call_output)
+    items: list[dict[str, Any]] = []
+    for index, message in enumerate(frame.messages):
+        if message.role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": _require_call_id(message, index, "openai-responses"),
+                    "output": _responses_content(message.content, "input_text"),
+                }
+            )
+            continue
+        text_type = "output_text" if message.role == "assistant" else "input_text"
+        empty = message.content == "" or message.content == []
+        if not (message.tool_calls and empty):
+            items.append(
+                {"role": message.role, "content": _responses_content(message.content, text_type)}
+            )
+        items.extend(
+            {
+                "type": "function_call",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": _arguments_string(
+                    call.arguments, f"frame.messages[{index}].tool_calls[{number}].arguments"
+                ),
+            }
+            for number, call in enumerate(message.tool_calls or ())
+        )
+    body: dict[str, Any] = {"model": model, "input": items}
+    if frame.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": copy.deepcopy(tool.parameters),
+            }
+            for tool in frame.tools
+        ]
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    return body
+
+
+# --------------------------------------------------------------------------- Anthropic
+
+
+def _anthropic_blocks(content: str | list[Any]) -> list[dict[str, Any]]:
+    """Content blocks of a message; empty texts are dropped (the API refuses them)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _opaque(part)
+        for part in content
+        if not (isinstance(part, TextPart) and not part.text)
+    ]
+
+
+def _marked_anthropic(role: str, content: str | list[Any]) -> list[dict[str, Any]]:
+    blocks = _anthropic_blocks(content)
+    if not blocks:
+        return []
+    if blocks[0]["type"] == "text":
+        blocks[0]["text"] = f"{_marker(role)}\n{blocks[0]['text']}"
+    else:
+        blocks.insert(0, {"type": "text", "text": _marker(role)})
+    return blocks
+
+
+def _anthropic(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+    # https://docs.anthropic.com/en/api/messages (system, alternating user/assistant turns,
+    # tool_use / tool_result blocks); https://docs.anthropic.com/en/docs/build-with-claude/tool-use
+    system, start = _split_system(frame.messages)
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    for index, message in enumerate(frame.messages[start:], start=start):
+        if message.role in _INSTRUCTION_ROLES:
+            turns.append(("user", _marked_anthropic(message.role, message.content)))
+        elif message.role == "user":
+            turns.append(("user", _anthropic_blocks(message.content)))
+        elif message.role == "assistant":
+            blocks = _anthropic_blocks(message.content)
+            blocks.extend(
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.name,
+                    "input": _arguments_object(call.arguments),
+                }
+                for call in message.tool_calls or ()
+            )
+            turns.append(("assistant", blocks))
+        else:
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": _require_call_id(message, index, "anthropic"),
+            }
+            content: str | list[dict[str, Any]] = (
+                message.content
+                if isinstance(message.content, str)
+                else _anthropic_blocks(message.content)
+            )
+            if content:
+                result["content"] = content
+            turns.append(("user", [result]))
+    body: dict[str, Any] = {"model": model}
+    if max_output_tokens is not None:
+        body["max_tokens"] = max_output_tokens
+    if system is not None:
+        body["system"] = system
+    body["messages"] = [{"role": role, "content": blocks} for role, blocks in _merge_turns(turns)]
+    if frame.tools:
+        body["tools"] = [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": (
+                    copy.deepcopy(tool.parameters)
+                    if tool.parameters
+                    else {"type": "object", "properties": {}}
+                ),
+            }
+            for tool in frame.tools
+        ]
+    return body
+
+
+# --------------------------------------------------------------------------- Gemini
+
+
+def _gemini_opaque(part: OpaquePart) -> dict[str, Any]:
+    fields = _opaque(part)
+    fields.pop("type", None)
+    return fields
+
+
+def _gemini_parts(content: str | list[Any]) -> list[dict[str, Any]]:
+    """Parts of a message; empty texts are dropped (the API refuses empty text parts)."""
+    if isinstance(content, str):
+        return [{"text": content}] if content else []
+    return [
+        {"text": part.text} if isinstance(part, TextPart) else _gemini_opaque(part)
+        for part in content
+        if not (isinstance(part, TextPart) and not part.text)
+    ]
+
+
+def _marked_gemini(role: str, content: str | list[Any]) -> list[dict[str, Any]]:
+    parts = _gemini_parts(content)
+    if not parts:
+        return []
+    if "text" in parts[0]:
+        parts[0]["text"] = f"{_marker(role)}\n{parts[0]['text']}"
+    else:
+        parts.insert(0, {"text": _marker(role)})
+    return parts
+
+
+def _gemini_function_name(message: Message, index: int, call_names: dict[str, str]) -> str:
+    if message.tool_call_id is not None and message.tool_call_id in call_names:
+        return call_names[message.tool_call_id]
+    if message.name is not None:
+        return message.name
+    path = f"frame.messages[{index}]"
+    raise InvalidError(
+        f"{path}: render 'gemini' needs the function name of a tool result; give a tool_call_id "
+        "matching an earlier tool call, or a name",
+        field=path,
+    )
+
+
+def _gemini(frame: Frame, max_output_tokens: int | None) -> dict[str, Any]:
+    # https://ai.google.dev/api/generate-content (Content, Part, FunctionCall, FunctionResponse,
+    # systemInstruction, GenerationConfig); https://ai.google.dev/gemini-api/docs/function-calling
+    system, start = _split_system(frame.messages)
+    call_names: dict[str, str] = {}
+    for message in frame.messages:
+        for call in message.tool_calls or ():
+            call_names.setdefault(call.id, call.name)
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    for index, message in enumerate(frame.messages[start:], start=start):
+        if message.role in _INSTRUCTION_ROLES:
+            turns.append(("user", _marked_gemini(message.role, message.content)))
+        elif message.role == "user":
+            turns.append(("user", _gemini_parts(message.content)))
+        elif message.role == "assistant":
+            parts = _gemini_parts(message.content)
+            parts.extend(
+                {"functionCall": {"name": call.name, "args": _arguments_object(call.arguments)}}
+                for call in message.tool_calls or ()
+            )
+            turns.append(("model", parts))
+        else:
+            response = {
+                "functionResponse": {
+                    "name": _gemini_function_name(message, index, call_names),
+                    "response": {"content": "\n".join(_texts(message))},
+                }
+            }
+            others = [
+                _gemini_opaque(part)
+                for part in (message.content if isinstance(message.content, list) else ())
+                if isinstance(part, OpaquePart)
+            ]
+            turns.append(("user", [response, *others]))
+    body: dict[str, Any] = {
+        "contents": [{"role": role, "parts": parts} for role, parts in _merge_turns(turns)]
+    }
+    if system is not None:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+    if frame.tools:
+        declarations: list[dict[str, Any]] = []
+        for tool in frame.tools:
+            declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+            if tool.parameters:
+                declaration["parameters"] = copy.deepcopy(tool.parameters)
+            declarations.append(declaration)
+        body["tools"] = [{"functionDeclarations": declarations}]
+    if max_output_tokens is not None:
+        body["generationConfig"] = {"maxOutputTokens": max_output_tokens}
+    return body

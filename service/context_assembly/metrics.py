@@ -1,0 +1,83 @@
+"""Prometheus metrics of one service process (each app gets its own registry).
+
+Labels carry source names, statuses and reasons only: never ids, text or tenants' data.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from context_assembly.core.result import PrepareResponse
+
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+_DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
+
+
+class Metrics:
+    """The service's metric families."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "context_assembly_requests_total",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.prepare_seconds = Histogram(
+            "context_assembly_prepare_seconds",
+            "Wall time of prepare and refresh calls",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.contributor_seconds = Histogram(
+            "context_assembly_contributor_seconds",
+            "Contributor call duration by source and status",
+            ["source", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "context_assembly_decisions_total",
+            "Block decisions by status and reason",
+            ["status", "reason"],
+            registry=self.registry,
+        )
+        self.usage_delta = Histogram(
+            "context_assembly_usage_input_token_delta",
+            "Provider input tokens minus the estimate",
+            ["provider"],
+            buckets=_DELTA_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_preparation(
+        self, operation: str, seconds: float, response: PrepareResponse
+    ) -> None:
+        self.prepare_seconds.labels(operation).observe(seconds)
+        for block in response.selection.blocks:
+            self.decisions.labels(block.status, block.reason).inc()
+        for source in response.selection.sources:
+            if source.kind == "webhook":
+                self.contributor_seconds.labels(source.source, source.status).observe(
+                    source.duration_ms / 1000.0
+                )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,594 @@
+"""The preparation lifecycle behind the HTTP routes: prepare, budget, read, validate, refresh,
+repair and usage (SPEC §3, §3.3). Routes stay thin; this module does the work.
+
+What a stored record holds (SPEC §10): the manifest, budget and hashes of the response, the
+scope, the model, hashes of the instructions, of each original history message and of the
+request's host-side parts, the revisions and targets of webhook contributors, the expiry of
+entered blocks, the contributor time used, and the accounting. Never block bodies, instructions,
+history or input.
+
+Refresh needs the host-side parts of the request to lay the frame out again, and the record does
+not keep them; so the refresh body is the whole edited prepare request (a superset of the
+``{model, scope, history, input}`` of SPEC §3.3). The service checks that everything the
+preparation trusted is unchanged: the same model and scope, the same instructions, plugins, tools,
+options and inline sources (one hash), and the original history as a prefix of the edited one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import orjson
+
+from context_assembly.config import Settings
+from context_assembly.contributors.calls import (
+    ContributorOutcome,
+    ContributorTarget,
+    PacketFields,
+    contribute_all,
+    query_revision,
+    raise_for_failures,
+)
+from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
+from context_assembly.core.assemble import Assembly
+from context_assembly.core.blocks import parse_timestamp
+from context_assembly.core.counting import count_messages, count_tools
+from context_assembly.core.fingerprint import digest, input_hash, prefix_hash, text_hash
+from context_assembly.core.frame import Frame
+from context_assembly.core.render import render_frame
+from context_assembly.core.request import ContributorRef, Message, PrepareRequest, Revision, Scope
+from context_assembly.core.result import PrepareResponse
+from context_assembly.core.sources import (
+    SourceInput,
+    SourceSetup,
+    materialised_inputs,
+    plan_sources,
+)
+from context_assembly.core.usage import accounting_observation, normalize_usage
+from context_assembly.engine import (
+    ModelContext,
+    local_time,
+    model_context,
+    rfc3339,
+    run_assembly,
+    to_response,
+)
+from context_assembly.errors import (
+    AssemblyTimeoutError,
+    ContextOverflowError,
+    InvalidError,
+    NotFoundError,
+    StaleError,
+)
+from context_assembly.lifecycle import (
+    AccountingReport,
+    BudgetResponse,
+    PreparationView,
+    RepairRequest,
+    RepairResponse,
+    UsageRequest,
+    UsageResponse,
+    ValidateRequest,
+    ValidateResponse,
+)
+from context_assembly.storage import PreparationRecord, Slot, Store
+from context_assembly.tokens.registry import ModelRegistry
+
+REPAIR_PROMPT = (
+    "Format your previous answer as a single JSON value{schema}. Reply with the JSON only, "
+    "without commentary; do not change the facts of the answer."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Wall and monotonic clocks, injectable for tests."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.wall(), UTC)
+
+
+def new_preparation_id() -> str:
+    """An unguessable id (144 random bits)."""
+    return "prep_" + secrets.token_urlsafe(18)
+
+
+def _request_shape_hash(request: PrepareRequest) -> str:
+    """Hash of everything refresh must find unchanged (all but history, input and render)."""
+    return digest(request.model_dump(mode="json", exclude={"history", "input", "render"}))
+
+
+def _message_hashes(messages: Sequence[Message]) -> list[str]:
+    return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Contributor results of one round, ready for the core."""
+
+    inputs: list[SourceInput]
+    outcomes: list[ContributorOutcome]
+    targets: list[ContributorTarget]
+    used_ms: float
+
+
+class Preparations:
+    """The lifecycle operations; one instance per app, sharing the store and HTTP client."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: httpx.AsyncClient,
+        registry: ModelRegistry,
+        *,
+        resolver: Resolver | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = client
+        self.registry = registry
+        self.resolver = resolver
+        self.clock = clock or Clock()
+        self.url_policy = UrlPolicy(
+            allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
+        )
+
+    # ------------------------------------------------------------------ targets
+
+    async def _targets(
+        self, tenant: str, refs: Sequence[ContributorRef], deadline: float
+    ) -> list[ContributorTarget]:
+        targets: list[ContributorTarget] = []
+        for index, ref in enumerate(refs):
+            if ref.endpoint is not None:
+                conf = self.settings.contributors.get(ref.endpoint)
+                if conf is None or (conf.tenants is not None and tenant not in conf.tenants):
+                    raise InvalidError(
+                        f"contributors.{index}.endpoint: no contributor endpoint named "
+                        f"{ref.endpoint!r} is registered for this tenant",
+                        field=f"contributors.{index}.endpoint",
+                    )
+                secret = conf.secret.get_secret_value() if conf.secret is not None else None
+                targets.append(
+                    ContributorTarget(
+                        source=ref.source,
+                        url=conf.url,
+                        secret=secret,
+                        failure_policy=ref.failure_policy or conf.failure_policy,
+                        kind="registered",
+                    )
+                )
+            else:
+                assert ref.url is not None
+                checked = await check_url(
+                    ref.url,
+                    self.url_policy,
+                    self.resolver,
+                    source=ref.source,
+                    deadline_monotonic=deadline,
+                    clock=self.clock.monotonic,
+                )
+                targets.append(
+                    ContributorTarget(
+                        source=ref.source,
+                        url=ref.url,
+                        failure_policy=ref.failure_policy or "fail",
+                        kind="inline",
+                        checked=checked,
+                    )
+                )
+        return targets
+
+    async def _collect(
+        self,
+        tenant: str,
+        request: PrepareRequest,
+        setups: Sequence[SourceSetup],
+        preparation_id: str,
+        *,
+        budget_ms: float,
+        data_budget: int,
+        attempt: int,
+    ) -> Collected:
+        """Run the webhook contributors of ``request`` under one deadline of ``budget_ms``."""
+        start = self.clock.monotonic()
+        deadline = start + max(budget_ms, 0.0) / 1000.0
+        targets = await self._targets(tenant, request.contributors, deadline)
+        outcomes: list[ContributorOutcome] = []
+        if targets:
+            if budget_ms <= 0:
+                raise AssemblyTimeoutError(
+                    "no contributor time is left in this preparation's timeout_ms",
+                    sources=[t.source for t in targets],
+                )
+            fields = PacketFields(
+                preparation_id=preparation_id,
+                model=request.model,
+                input=request.input,
+                data_budget_tokens=data_budget,
+                scope=request.scope,
+                deadline_unix_ms=int((self.clock.wall() + budget_ms / 1000.0) * 1000),
+                source_token_limits=request.options.source_token_limits,
+                attempt=attempt,
+            )
+            outcomes = await contribute_all(
+                self.client,
+                targets,
+                fields,
+                deadline,
+                self.settings.limits.max_contributor_response_bytes,
+                self.clock.monotonic,
+            )
+            raise_for_failures(outcomes, targets)
+        used_ms = (self.clock.monotonic() - start) * 1000.0
+        by_source = {o.source: o for o in outcomes}
+        inputs: list[SourceInput] = []
+        materialised = {i.setup.source: i for i in materialised_inputs(request, setups)}
+        for setup in setups:
+            if setup.kind == "webhook":
+                outcome = by_source[setup.source]
+                inputs.append(
+                    SourceInput(
+                        setup, outcome.status, outcome.duration_ms, outcome.revision, outcome.blocks
+                    )
+                )
+            else:
+                inputs.append(materialised[setup.source])
+        return Collected(inputs, outcomes, targets, used_ms)
+
+    # ------------------------------------------------------------------ prepare
+
+    async def prepare(self, tenant: str, request: PrepareRequest) -> PrepareResponse:
+        """Run contributors, select, lay out, store the record, answer the frame and manifest."""
+        setups = plan_sources(request)
+        now = self.clock.now()
+        local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
+        prep_id = new_preparation_id()
+        collected = await self._collect(
+            tenant,
+            request,
+            setups,
+            prep_id,
+            budget_ms=request.options.timeout_ms,
+            data_budget=request.options.max_data_tokens,
+            attempt=1,
+        )
+        assembly, ctx = run_assembly(
+            request,
+            setups,
+            collected.inputs,
+            now=self.clock.now(),
+            tenant=tenant,
+            registry=self.registry,
+        )
+        expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
+        response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
+        data = self._record_data(
+            request, assembly, ctx, response, collected, used_ms=collected.used_ms
+        )
+        await self.store.put(
+            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
+        )
+        return response
+
+    def _record_data(
+        self,
+        request: PrepareRequest,
+        assembly: Assembly,
+        ctx: ModelContext,
+        response: PrepareResponse,
+        collected: Collected,
+        *,
+        used_ms: float,
+        history_hashes: list[str] | None = None,
+    ) -> dict[str, Any]:
+        webhook_sources = {t.source for t in collected.targets}
+        return {
+            "response": response.model_dump(mode="json", exclude={"frame"}),
+            "model": request.model,
+            "scope_hash": digest(request.scope.model_dump(mode="json")),
+            "scope": request.scope.model_dump(mode="json"),
+            "render": request.render,
+            "tokenizer": ctx.counter.name,
+            "prefix_len": assembly.placed.prefix_len,
+            "input_len": len(request.input),
+            "instructions_hash": assembly.instructions_hash,
+            "shape_hash": _request_shape_hash(request),
+            "history_hashes": history_hashes
+            if history_hashes is not None
+            else _message_hashes(request.history),
+            "selected_expiry": [list(item) for item in assembly.selected_expiry],
+            "revisions": {s: r for s, r in assembly.revisions if s in webhook_sources},
+            "contributors": [
+                ref.model_dump(mode="json", exclude_none=True) for ref in request.contributors
+            ],
+            "timeout_ms": request.options.timeout_ms,
+            "used_ms": used_ms,
+            "capacity": response.budget.capacity,
+            "reserve": response.budget.response_reserve + response.budget.reasoning_reserve_tokens,
+            "estimated_input_tokens": response.budget.total_input_tokens,
+            "repair_estimated_input_tokens": None,
+        }
+
+    async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
+        """The budget of what is already materialisable: no contributor is called."""
+        setups = plan_sources(request)
+        inputs = materialised_inputs(request, setups)
+        assembly, _ = run_assembly(
+            request, setups, inputs, now=self.clock.now(), tenant=tenant, registry=self.registry
+        )
+        return BudgetResponse(
+            model=request.model,
+            budget=assembly.budget,
+            selection=assembly.selection,
+            pending_sources=[s.source for s in setups if s.kind == "webhook"],
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    async def _record(self, tenant: str, prep_id: str) -> PreparationRecord:
+        record = await self.store.get(tenant, prep_id, self.clock.wall())
+        if record is None:
+            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+        return record
+
+    @staticmethod
+    def _accounting(record: PreparationRecord) -> AccountingReport:
+        acc = record.accounting.as_dict()
+        return AccountingReport.model_validate(
+            {"estimated_input_tokens": record.data["estimated_input_tokens"], **acc}
+        )
+
+    async def get(self, tenant: str, prep_id: str) -> PreparationView:
+        """Manifest, budget, hashes and accounting of one preparation (never block bodies)."""
+        record = await self._record(tenant, prep_id)
+        return self._view(record)
+
+    def _view(self, record: PreparationRecord) -> PreparationView:
+        return PreparationView.model_validate(
+            {
+                **record.data["response"],
+                "refresh_used": record.refresh_used,
+                "accounting": self._accounting(record),
+            }
+        )
+
+    # ------------------------------------------------------------------ staleness
+
+    async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
+        refs = [ContributorRef.model_validate(c) for c in record.data["contributors"]]
+        if not refs:
+            return []
+        timeout = self.settings.limits.validate_timeout_ms / 1000.0
+        deadline = self.clock.monotonic() + timeout
+        scope = Scope.model_validate(record.data["scope"])
+        reasons: list[str] = []
+        try:
+            targets = await self._targets(tenant, refs, deadline)
+        except (InvalidError, AssemblyTimeoutError) as err:
+            # A contributor removed from the configuration (or no longer allowed) since prepare.
+            del err
+            return [f"revision_unavailable:{ref.source}" for ref in refs]
+        answers = await asyncio.gather(
+            *(
+                query_revision(
+                    self.client,
+                    t,
+                    scope,
+                    deadline,
+                    preparation_id=record.id,
+                    clock=self.clock.monotonic,
+                )
+                for t in targets
+            )
+        )
+        stored: Mapping[str, Revision | None] = record.data["revisions"]
+        for target, (status, revision) in zip(targets, answers, strict=True):
+            if status != "ok":
+                reasons.append(f"revision_unavailable:{target.source}")
+            elif target.source in stored and revision != stored[target.source]:
+                reasons.append(f"revision_changed:{target.source}")
+        return reasons
+
+    def _frame_reasons(
+        self, record: PreparationRecord, model: str, scope: Scope, frame: Frame
+    ) -> list[str]:
+        data = record.data
+        reasons: list[str] = []
+        if model != data["model"]:
+            reasons.append("model_changed")
+        if digest(scope.model_dump(mode="json")) != data["scope_hash"]:
+            reasons.append("scope_changed")
+        prefix_len: int = data["prefix_len"]
+        input_len: int = data["input_len"]
+        messages = frame.messages
+        if (
+            len(messages) < prefix_len
+            or prefix_hash(data["model"], messages[:prefix_len], frame.tools)
+            != data["response"]["prefix_hash"]
+        ):
+            reasons.append("prefix_changed")
+        tail = messages[len(messages) - input_len :] if input_len else []
+        if len(messages) < input_len or input_hash(tail) != data["response"]["input_hash"]:
+            reasons.append("input_changed")
+        now = self.clock.now()
+        for qid, stamp in data["selected_expiry"]:
+            moment = parse_timestamp(stamp)
+            if moment is not None and moment <= now:
+                reasons.append(f"expired:{qid}")
+        return reasons
+
+    @staticmethod
+    def _stale(reasons: list[str], prep_id: str) -> StaleError:
+        return StaleError(
+            f"preparation {prep_id} is stale: {', '.join(reasons)}",
+            reasons=reasons,
+            preparation_id=prep_id,
+        )
+
+    async def validate(self, tenant: str, prep_id: str, body: ValidateRequest) -> ValidateResponse:
+        """Final dispatch check; raises ``StaleError`` with every reason found."""
+        record = await self._record(tenant, prep_id)
+        reasons = self._frame_reasons(record, body.model, body.scope, body.frame)
+        reasons += await self._revision_reasons(tenant, record)
+        if reasons:
+            raise self._stale(reasons, prep_id)
+        return ValidateResponse(preparation_id=prep_id, checked_at=rfc3339(self.clock.now()))
+
+    # ------------------------------------------------------------------ refresh
+
+    async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> PrepareResponse:
+        """One more contribution + selection round after host hooks edited history/input."""
+        record = await self._record(tenant, prep_id)
+        claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
+        if claim == "missing":
+            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+        if claim == "used":
+            raise self._stale(["refresh_used"], prep_id)
+        data = record.data
+        reasons: list[str] = []
+        if request.model != data["model"]:
+            reasons.append("model_changed")
+        if digest(request.scope.model_dump(mode="json")) != data["scope_hash"]:
+            reasons.append("scope_changed")
+        original: list[str] = data["history_hashes"]
+        edited = _message_hashes(request.history[: len(original)])
+        if _request_shape_hash(request) != data["shape_hash"] or edited != original:
+            reasons.append("prefix_changed")
+        if reasons:
+            raise self._stale(reasons, prep_id)
+        setups = plan_sources(request)
+        left_ms = float(data["timeout_ms"]) - float(data["used_ms"])
+        collected = await self._collect(
+            tenant,
+            request,
+            setups,
+            prep_id,
+            budget_ms=left_ms,
+            data_budget=request.options.max_data_tokens,
+            attempt=2,
+        )
+        assembly, ctx = run_assembly(
+            request,
+            setups,
+            collected.inputs,
+            now=self.clock.now(),
+            tenant=tenant,
+            registry=self.registry,
+        )
+        expires = datetime.fromtimestamp(record.expires_at, UTC)
+        response = to_response(
+            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
+        )
+        new_data = self._record_data(
+            request,
+            assembly,
+            ctx,
+            response,
+            collected,
+            used_ms=float(data["used_ms"]) + collected.used_ms,
+            history_hashes=original,
+        )
+        if not await self.store.replace_data(tenant, prep_id, new_data, self.clock.wall()):
+            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+        return response
+
+    # ------------------------------------------------------------------ repair
+
+    async def repair(self, tenant: str, prep_id: str, body: RepairRequest) -> RepairResponse:
+        """A formatting/repair frame over the frozen dispatched frame; contributors not called."""
+        record = await self._record(tenant, prep_id)
+        data = record.data
+        reasons = self._frame_reasons(record, body.model, body.scope, body.frame)
+        if text_hash(body.instructions) != data["instructions_hash"]:
+            reasons.append("instructions_changed")
+        reasons += await self._revision_reasons(tenant, record)
+        if reasons:
+            raise self._stale(reasons, prep_id)
+        schema = (
+            ""
+            if body.schema_ is None
+            else (
+                " that matches this JSON Schema: "
+                + orjson.dumps(body.schema_, option=orjson.OPT_SORT_KEYS).decode()
+            )
+        )
+        messages = [
+            *body.frame.messages,
+            Message(role="assistant", content=body.answer),
+            Message(role="user", content=REPAIR_PROMPT.format(schema=schema)),
+        ]
+        frame = Frame(messages=messages, tools=body.frame.tools)
+        probe = PrepareRequest(model=data["model"], assembly={"tokenizer": data["tokenizer"]})
+        ctx = model_context(probe, self.registry)
+        counted = count_messages(messages, ctx.counter, ctx.profile)
+        tokens = (
+            counted.tokens
+            + count_tools(frame.tools, ctx.counter, ctx.profile)
+            + ctx.profile.reply_priming
+        )
+        available = int(data["capacity"]) - int(data["reserve"])
+        if tokens > available:
+            raise ContextOverflowError(
+                f"the repair frame needs {tokens} tokens but {available} are available",
+                needed_tokens=tokens,
+                capacity=data["capacity"],
+            )
+        await self.store.replace_data(
+            tenant, prep_id, {**data, "repair_estimated_input_tokens": tokens}, self.clock.wall()
+        )
+        rendered = render_frame(frame, data["render"], data["model"], ctx.profile.max_output_tokens)
+        return RepairResponse(preparation_id=prep_id, frame=rendered, estimated_input_tokens=tokens)
+
+    # ------------------------------------------------------------------ usage
+
+    async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> UsageResponse:
+        """Record one provider usage report; the same ``report_id`` twice changes nothing."""
+        record = await self._record(tenant, prep_id)
+        normalized = normalize_usage(body.provider, body.usage)
+        data = record.data
+        estimate = data["estimated_input_tokens"]
+        if body.call == "repair" and data.get("repair_estimated_input_tokens") is not None:
+            estimate = data["repair_estimated_input_tokens"]
+        observation = accounting_observation(
+            normalized,
+            int(estimate),
+            body.provider,
+            body.call,
+            body.report_id,
+            rfc3339(self.clock.now()),
+        )
+        slot: Slot = "auxiliary" if body.call == "repair" else "last"
+        result = await self.store.record_usage(
+            tenant, prep_id, body.report_id, slot, observation, self.clock.wall()
+        )
+        if result.status == "missing" or result.accounting is None:
+            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+        accounting = AccountingReport.model_validate(
+            {
+                "estimated_input_tokens": data["estimated_input_tokens"],
+                **result.accounting.as_dict(),
+            }
+        )
+        return UsageResponse(preparation_id=prep_id, accounting=accounting)
+
+    # ------------------------------------------------------------------ breakdown
+
+    async def view(self, tenant: str, prep_id: str) -> PreparationView:
+        """The stored view used by the breakdown page."""
+        return await self.get(tenant, prep_id)
+
+
+__all__ = ["Clock", "Preparations", "new_preparation_id"]

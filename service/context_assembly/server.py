@@ -1,0 +1,64 @@
+"""``context-assembly serve``: settings built once, then uvicorn runs ``create_app(settings)``.
+
+With several workers uvicorn imports the app in each worker process, so the settings travel as
+environment variables (the TOML path and the command-line overrides) and each worker rebuilds
+them through the same validated path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import uvicorn
+from fastapi import FastAPI
+from pydantic import ValidationError
+
+from context_assembly.api.app import create_app
+from context_assembly.config import Settings, load_settings
+from context_assembly.logs import configure_logging
+
+CONFIG_ENV = "CONTEXT_ASSEMBLY_CONFIG_FILE"
+
+
+def app_from_env() -> FastAPI:
+    """The uvicorn factory used by every worker."""
+    settings = load_settings(os.environ.get(CONFIG_ENV) or None)
+    configure_logging(settings.server.log_level)
+    return create_app(settings)
+
+
+def _settings(config: str | None, overrides: dict[str, object]) -> Settings:
+    server = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        base = load_settings(config)
+        merged = {**base.server.model_dump(), **server}
+        return load_settings(config, server=merged)
+    except (ValidationError, FileNotFoundError, ValueError) as err:
+        print(f"context-assembly: invalid configuration: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+
+
+def serve(*, host: str | None, port: int | None, config: str | None, workers: int | None) -> int:
+    """Validate the settings, then run uvicorn (uvloop + httptools, no access log)."""
+    settings = _settings(config, {"host": host, "port": port, "workers": workers})
+    if config is not None:
+        os.environ[CONFIG_ENV] = os.path.abspath(config)
+    # Carry the command-line overrides to the workers through the same environment mechanism.
+    os.environ["CONTEXT_ASSEMBLY_SERVER__HOST"] = settings.server.host
+    os.environ["CONTEXT_ASSEMBLY_SERVER__PORT"] = str(settings.server.port)
+    os.environ["CONTEXT_ASSEMBLY_SERVER__WORKERS"] = str(settings.server.workers)
+    configure_logging(settings.server.log_level)
+    uvicorn.run(
+        "context_assembly.server:app_from_env",
+        factory=True,
+        host=settings.server.host,
+        port=settings.server.port,
+        workers=settings.server.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=int(settings.server.drain_seconds) or None,
+    )
+    return 0

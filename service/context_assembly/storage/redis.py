@@ -1,0 +1,324 @@
+"""Redis preparation store: shared state for several stateless replicas.
+
+Layout: one Redis **hash** per preparation at ``<key_prefix>prep:<id>``, with an absolute expiry
+(``PEXPIREAT``, from the record's ``expires_at``) set when it is created and never touched again:
+
+==================  ========================================================================
+field               value
+==================  ========================================================================
+``tenant``          owner (every operation compares it; another tenant's id looks missing)
+``expires_at``      the record's expiry, unix seconds as a decimal float string
+``refresh_used``    ``"0"`` / ``"1"``
+``version``         data version, ``"1"`` on create, ``HINCRBY`` on each ``replace_data``
+``data``            orjson bytes of the caller's dict (Lua never parses it)
+``last``            orjson bytes of the main-call observation; absent until reported
+``auxiliary``       orjson bytes of the repair observation; absent until reported
+``r:<report_id>``   the ``[last, auxiliary]`` JSON answered for that report (idempotency)
+==================  ========================================================================
+
+Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
+keeps the key's TTL (a plain ``SET`` would drop it without ``KEEPTTL``), and the scripts never
+decode JSON (``cjson`` would reformat numbers and turn ``[]`` into ``{}``).
+
+Atomicity: every operation that reads before it writes is one Lua script (``EVALSHA``, loaded on
+first use by ``register_script``); Redis runs a script without interleaving other commands. Each
+script first checks that the key exists, belongs to the tenant and is live at the caller's ``now``,
+and otherwise writes nothing, so an expired record is never recreated. No script touches the TTL
+(no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation touches
+exactly one key, so the layout is Redis Cluster-safe as is.
+
+Outages: short socket and connect timeouts, no client retries (claims and puts are not idempotent
+and a retry could turn a lost reply into a wrong answer), and one overall deadline per operation,
+so an unreachable or hung server surfaces as ``StoreUnavailableError`` within ``deadline`` seconds
+(default 0.9 s) instead of a hang. A dead pooled connection is replaced on the next checkout.
+
+Replication caveat (redis-doc ``replication.md``): replication is asynchronous, so a failover can
+lose acknowledged writes (a preparation, a claim, a usage report). Enable AOF on the primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, TypeVar, cast
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from context_assembly.errors import StoreUnavailableError
+from context_assembly.storage.base import (
+    Accounting,
+    ClaimResult,
+    DuplicatePreparationIdError,
+    Observation,
+    PreparationRecord,
+    Slot,
+    UsageResult,
+)
+from context_assembly.storage.codec import (
+    check_slot,
+    decode_answer,
+    dump_object,
+    dump_optional,
+    encode_answer,
+    load_object,
+    load_observation,
+)
+
+T = TypeVar("T")
+
+REPORT_FIELD_PREFIX: Final = b"r:"
+
+# Errors that mean "the store cannot serve this right now; retry later" (503). READONLY, TRYAGAIN,
+# CLUSTERDOWN/MASTERDOWN happen around failovers; OOM when maxmemory is reached. LOADING is a
+# ConnectionError subclass (BusyLoadingError). The builtin TimeoutError is our own deadline.
+_UNAVAILABLE: Final = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    TryAgainError,
+    ClusterDownError,
+    OutOfMemoryError,
+    OSError,
+    TimeoutError,
+)
+
+# Shared liveness check. h = HMGET(key, 'tenant', 'expires_at'): h[1] is false for a missing key
+# (and the `and` short-circuits before tonumber sees it).
+_LIVE_LUA = """
+local function live(key, tenant, now)
+  local h = redis.call('HMGET', key, 'tenant', 'expires_at')
+  return h[1] == tenant and tonumber(h[2]) > tonumber(now)
+end
+"""
+
+# KEYS[1] record; ARGV[1] absolute expiry in ms; ARGV[2..] field, value pairs. Returns 0 if the id
+# already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry.
+_PUT_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+return 1
+"""
+
+# KEYS[1] record; ARGV tenant, now, data, expected version ('' = any).
+# Returns -1 missing/expired/other tenant, 0 version mismatch, else the new version.
+_REPLACE_LUA = (
+    _LIVE_LUA
+    + """
+if not live(KEYS[1], ARGV[1], ARGV[2]) then return -1 end
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'version') ~= ARGV[4] then return 0 end
+redis.call('HSET', KEYS[1], 'data', ARGV[3])
+return redis.call('HINCRBY', KEYS[1], 'version', 1)
+"""
+)
+
+# KEYS[1] record; ARGV tenant, now. Returns 'missing', 'used' or 'claimed'.
+_CLAIM_LUA = (
+    _LIVE_LUA
+    + """
+if not live(KEYS[1], ARGV[1], ARGV[2]) then return 'missing' end
+if redis.call('HGET', KEYS[1], 'refresh_used') == '1' then return 'used' end
+redis.call('HSET', KEYS[1], 'refresh_used', '1')
+return 'claimed'
+"""
+)
+
+# KEYS[1] record; ARGV tenant, now, report field ('r:<report_id>'), slot ('last'|'auxiliary'),
+# observation JSON. Returns {'missing'}, {'duplicate', answer} or {'applied', answer}.
+_USAGE_LUA = (
+    _LIVE_LUA
+    + """
+if not live(KEYS[1], ARGV[1], ARGV[2]) then return {'missing'} end
+local seen = redis.call('HGET', KEYS[1], ARGV[3])
+if seen then return {'duplicate', seen} end
+redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
+local acc = redis.call('HMGET', KEYS[1], 'last', 'auxiliary')
+local answer = '[' .. (acc[1] or 'null') .. ',' .. (acc[2] or 'null') .. ']'
+redis.call('HSET', KEYS[1], ARGV[3], answer)
+return {'applied', answer}
+"""
+)
+
+
+class RedisStore:
+    """``Store`` backed by Redis; build it with ``RedisStore.from_url(url, key_prefix=...)``."""
+
+    def __init__(
+        self, client: aioredis.Redis, *, key_prefix: str = "ca:", deadline: float = 0.9
+    ) -> None:
+        """Use ``client`` (which this store then owns and closes) with a per-operation deadline."""
+        self._client = client
+        self._prefix = key_prefix
+        self._deadline = deadline
+        self._put = client.register_script(_PUT_LUA)
+        self._replace = client.register_script(_REPLACE_LUA)
+        self._claim = client.register_script(_CLAIM_LUA)
+        self._usage = client.register_script(_USAGE_LUA)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        key_prefix: str = "ca:",
+        socket_timeout: float = 0.4,
+        deadline: float = 0.9,
+    ) -> RedisStore:
+        """A store with a connection pool for ``url``; connects lazily (call ``ping`` to check)."""
+        client = aioredis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=False,
+        )
+        return cls(client, key_prefix=key_prefix, deadline=deadline)
+
+    def key(self, id: str) -> str:
+        """The Redis key holding preparation ``id`` (for operators and tests)."""
+        return f"{self._prefix}prep:{id}"
+
+    async def _call(self, awaitable: Awaitable[T]) -> T:
+        """Await one Redis round trip under the deadline, mapping outages to 503."""
+        try:
+            async with asyncio.timeout(self._deadline):
+                return await awaitable
+        except _UNAVAILABLE as err:
+            raise StoreUnavailableError(f"Redis store unavailable: {type(err).__name__}") from err
+
+    async def put(self, record: PreparationRecord) -> None:
+        """Create the hash and its absolute expiry in one script; an existing id raises."""
+        fields: list[bytes | str] = [
+            "tenant",
+            record.tenant,
+            "expires_at",
+            repr(float(record.expires_at)),
+            "refresh_used",
+            "1" if record.refresh_used else "0",
+            "version",
+            "1",
+            "data",
+            dump_object(record.data),
+        ]
+        for slot in ("last", "auxiliary"):
+            blob = dump_optional(getattr(record.accounting, slot))
+            if blob is not None:
+                fields += [slot, blob]
+        for report_id, answer in record.reports.items():
+            fields += [
+                REPORT_FIELD_PREFIX + report_id.encode(),
+                encode_answer(dump_optional(answer.last), dump_optional(answer.auxiliary)),
+            ]
+        # Round up so Redis never drops the key before the record is logically expired.
+        expire_ms = str(math.ceil(record.expires_at * 1000))
+        created = await self._call(self._put(keys=[self.key(record.id)], args=[expire_ms, *fields]))
+        if created != 1:
+            raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
+
+    async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:
+        """One ``HGETALL`` (atomic), then the tenant and ``now`` checks."""
+        # decode_responses=False, so names and values are bytes (the stubs allow str too).
+        raw = cast(dict[bytes, bytes], await self._call(self._client.hgetall(self.key(id))))
+        if not raw or raw.get(b"tenant") != tenant.encode():
+            return None
+        expires_at = float(raw[b"expires_at"])
+        if not expires_at > now:
+            return None
+        reports = {
+            name[len(REPORT_FIELD_PREFIX) :].decode(): decode_answer(value)
+            for name, value in raw.items()
+            if name.startswith(REPORT_FIELD_PREFIX)
+        }
+        return PreparationRecord(
+            id=id,
+            tenant=tenant,
+            data=load_object(raw[b"data"]),
+            expires_at=expires_at,
+            refresh_used=raw.get(b"refresh_used") == b"1",
+            version=int(raw[b"version"]),
+            accounting=Accounting(
+                last=load_observation(raw.get(b"last")),
+                auxiliary=load_observation(raw.get(b"auxiliary")),
+            ),
+            reports=reports,
+        )
+
+    async def replace_data(
+        self,
+        tenant: str,
+        id: str,
+        data: Mapping[str, Any],
+        now: float,
+        expected_version: int | None = None,
+    ) -> bool:
+        """Compare-and-set the data in one script; the expiry is untouched."""
+        expected = "" if expected_version is None else str(int(expected_version))
+        result = await self._call(
+            self._replace(
+                keys=[self.key(id)], args=[tenant, repr(float(now)), dump_object(data), expected]
+            )
+        )
+        return int(result) > 0
+
+    async def claim_refresh(self, tenant: str, id: str, now: float) -> ClaimResult:
+        """Test-and-set ``refresh_used`` in one script."""
+        result = await self._call(self._claim(keys=[self.key(id)], args=[tenant, repr(float(now))]))
+        if result == b"claimed":
+            return "claimed"
+        if result == b"used":
+            return "used"
+        return "missing"
+
+    async def record_usage(
+        self,
+        tenant: str,
+        id: str,
+        report_id: str,
+        slot: Slot,
+        observation: Observation,
+        now: float,
+    ) -> UsageResult:
+        """Check liveness, dedupe by ``report_id`` and apply, in one script."""
+        checked = check_slot(slot)
+        result = await self._call(
+            self._usage(
+                keys=[self.key(id)],
+                args=[
+                    tenant,
+                    repr(float(now)),
+                    REPORT_FIELD_PREFIX + report_id.encode(),
+                    checked,
+                    dump_object(observation),
+                ],
+            )
+        )
+        status = result[0]
+        if status == b"missing":
+            return UsageResult("missing", None)
+        accounting = decode_answer(result[1])
+        if status == b"duplicate":
+            return UsageResult("duplicate", accounting)
+        return UsageResult("applied", accounting)
+
+    async def purge_expired(self, now: float) -> int:
+        """Nothing to do: Redis deletes each key at its own ``PEXPIREAT``."""
+        return 0
+
+    async def ping(self) -> None:
+        """``PING`` under the deadline."""
+        await self._call(self._client.ping())
+
+    async def aclose(self) -> None:
+        """Close the connection pool; idempotent."""
+        await self._client.aclose()

@@ -1,0 +1,383 @@
+"""SQLite preparation store: the embedded default (one file, one service process).
+
+Threading: one connection, owned by one dedicated worker thread (a single-thread executor). Every
+operation is one function run on that thread, so operations of this process never interleave, and
+each write is one short ``BEGIN IMMEDIATE`` transaction, so writers in other processes sharing the
+file are serialised by SQLite's write lock (waiting up to ``busy_timeout``). A cancelled caller
+does not cut a transaction in half: the function still runs to its ``COMMIT``/``ROLLBACK`` on the
+worker thread.
+
+Durability and safety (docs: sqlite.org/wal.html): WAL journal, ``synchronous=NORMAL`` (cannot
+corrupt in WAL mode; may lose the last transactions on power loss), busy timeout 5 s by default.
+WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3.51.2 have the
+WAL-reset bug that can corrupt a database written by several processes at once; see
+``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
+
+Schema (``PRAGMA user_version`` = 1):
+
+- ``preparations(id PK, tenant, expires_at REAL, refresh_used, version, data, last, auxiliary)``;
+  ``data`` and the two observations are orjson bytes (observations NULL until reported).
+- ``usage_reports(preparation_id, report_id, answer)``, PK ``(preparation_id, report_id)``;
+  ``answer`` is the ``[last, auxiliary]`` JSON answered for that report.
+
+Expired rows stay invisible (every query filters ``expires_at > now``) until ``purge_expired``
+deletes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import os
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from context_assembly.errors import StoreUnavailableError
+from context_assembly.storage.base import (
+    Accounting,
+    ClaimResult,
+    DuplicatePreparationIdError,
+    Observation,
+    PreparationRecord,
+    Slot,
+    UsageResult,
+)
+from context_assembly.storage.codec import (
+    check_slot,
+    decode_answer,
+    dump_object,
+    dump_optional,
+    encode_answer,
+    load_object,
+    load_observation,
+)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """
+    CREATE TABLE preparations (
+        id           TEXT    PRIMARY KEY,
+        tenant       TEXT    NOT NULL,
+        expires_at   REAL    NOT NULL,
+        refresh_used INTEGER NOT NULL DEFAULT 0,
+        version      INTEGER NOT NULL DEFAULT 1,
+        data         BLOB    NOT NULL,
+        last         BLOB,
+        auxiliary    BLOB
+    )
+    """,
+    "CREATE INDEX preparations_expires_at ON preparations (expires_at)",
+    """
+    CREATE TABLE usage_reports (
+        preparation_id TEXT NOT NULL,
+        report_id      TEXT NOT NULL,
+        answer         BLOB NOT NULL,
+        PRIMARY KEY (preparation_id, report_id)
+    ) WITHOUT ROWID
+    """,
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+
+# The columns a slot may name; the slot is checked against this map before it reaches SQL text.
+_SLOT_COLUMN: dict[Slot, str] = {"last": "last", "auxiliary": "auxiliary"}
+
+_LIVE = "id = ? AND tenant = ? AND expires_at > ?"
+
+
+def wal_multiprocess_safe(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> bool:
+    """Whether this SQLite is free of the WAL-reset bug (sqlite.org/wal.html#walresetbug).
+
+    Fixed in 3.51.3, with backports 3.50.7 and 3.44.6; every version from 3.7.0 to 3.51.2 is
+    otherwise affected when several processes write or checkpoint at once.
+    """
+    if version >= (3, 51, 3):
+        return True
+    if (3, 50, 7) <= version < (3, 51, 0):
+        return True
+    return (3, 44, 6) <= version < (3, 45, 0)
+
+
+class SqliteStore:
+    """``Store`` backed by one SQLite file; create it with ``await SqliteStore.open(path)``."""
+
+    def __init__(self, executor: concurrent.futures.ThreadPoolExecutor, conn: sqlite3.Connection):
+        """Wrap an already opened connection that belongs to ``executor``'s only thread."""
+        self._executor = executor
+        self._conn = conn
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_ms: int = 5000,
+        synchronous: str = "NORMAL",
+    ) -> SqliteStore:
+        """Open (creating if needed) the database file, switch it to WAL and ensure the schema."""
+        if synchronous not in {"NORMAL", "FULL"}:
+            raise ValueError("synchronous must be NORMAL or FULL")
+        executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="context-assembly-sqlite"
+        )
+        connect = functools.partial(_connect, os.fspath(path), busy_timeout_ms, synchronous)
+        try:
+            conn = await asyncio.get_running_loop().run_in_executor(executor, connect)
+        except sqlite3.Error as err:
+            executor.shutdown(wait=False)
+            raise StoreUnavailableError(f"cannot open SQLite store: {err}") from err
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(executor, conn)
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the worker thread, mapping a busy or broken database to 503."""
+        if self._closed:
+            raise StoreUnavailableError("the SQLite store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, self._conn)
+        except sqlite3.OperationalError as err:
+            # "database is locked" after busy_timeout, disk I/O errors, a vanished file…
+            raise StoreUnavailableError(f"SQLite store unavailable: {err}") from err
+        except RuntimeError as err:
+            # The executor was shut down by a concurrent aclose().
+            if self._closed:
+                raise StoreUnavailableError("the SQLite store is closed") from err
+            raise
+
+    async def put(self, record: PreparationRecord) -> None:
+        """Insert a new record and its reports in one transaction; an existing id raises."""
+        row = (
+            record.id,
+            record.tenant,
+            float(record.expires_at),
+            int(record.refresh_used),
+            dump_object(record.data),
+            dump_optional(record.accounting.last),
+            dump_optional(record.accounting.auxiliary),
+        )
+        reports = [
+            (
+                record.id,
+                report_id,
+                encode_answer(dump_optional(answer.last), dump_optional(answer.auxiliary)),
+            )
+            for report_id, answer in record.reports.items()
+        ]
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO preparations"
+                " (id, tenant, expires_at, refresh_used, version, data, last, auxiliary)"
+                " VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
+                row,
+            )
+            conn.executemany(
+                "INSERT INTO usage_reports (preparation_id, report_id, answer) VALUES (?, ?, ?)",
+                reports,
+            )
+
+        try:
+            await self._run(functools.partial(_write, insert))
+        except sqlite3.IntegrityError as err:
+            raise DuplicatePreparationIdError(
+                f"preparation id {record.id!r} already exists"
+            ) from err
+
+    async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:
+        """Read the live record and its reports from one read snapshot."""
+
+        def read(conn: sqlite3.Connection) -> PreparationRecord | None:
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(
+                    "SELECT expires_at, refresh_used, version, data, last, auxiliary"
+                    f" FROM preparations WHERE {_LIVE}",
+                    (id, tenant, now),
+                ).fetchone()
+                if row is None:
+                    return None
+                reports = conn.execute(
+                    "SELECT report_id, answer FROM usage_reports WHERE preparation_id = ?",
+                    (id,),
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            expires_at, refresh_used, version, data, last, auxiliary = row
+            return PreparationRecord(
+                id=id,
+                tenant=tenant,
+                data=load_object(data),
+                expires_at=expires_at,
+                refresh_used=bool(refresh_used),
+                version=version,
+                accounting=Accounting(
+                    last=load_observation(last), auxiliary=load_observation(auxiliary)
+                ),
+                reports={report_id: decode_answer(answer) for report_id, answer in reports},
+            )
+
+        return await self._run(read)
+
+    async def replace_data(
+        self,
+        tenant: str,
+        id: str,
+        data: Mapping[str, Any],
+        now: float,
+        expected_version: int | None = None,
+    ) -> bool:
+        """One conditional ``UPDATE``: new data, version + 1, expiry untouched."""
+        blob = dump_object(data)
+
+        def update(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE preparations SET data = ?, version = version + 1"
+                f" WHERE {_LIVE} AND (? IS NULL OR version = ?)",
+                (blob, id, tenant, now, expected_version, expected_version),
+            )
+            return cursor.rowcount == 1
+
+        return await self._run(functools.partial(_write, update))
+
+    async def claim_refresh(self, tenant: str, id: str, now: float) -> ClaimResult:
+        """Read and set ``refresh_used`` inside one ``BEGIN IMMEDIATE`` transaction."""
+
+        def claim(conn: sqlite3.Connection) -> ClaimResult:
+            row = conn.execute(
+                f"SELECT refresh_used FROM preparations WHERE {_LIVE}", (id, tenant, now)
+            ).fetchone()
+            if row is None:
+                return "missing"
+            if row[0]:
+                return "used"
+            conn.execute("UPDATE preparations SET refresh_used = 1 WHERE id = ?", (id,))
+            return "claimed"
+
+        return await self._run(functools.partial(_write, claim))
+
+    async def record_usage(
+        self,
+        tenant: str,
+        id: str,
+        report_id: str,
+        slot: Slot,
+        observation: Observation,
+        now: float,
+    ) -> UsageResult:
+        """Check liveness, dedupe by ``report_id`` and apply, all in one ``BEGIN IMMEDIATE``."""
+        column = _SLOT_COLUMN[check_slot(slot)]
+        blob = dump_object(observation)
+
+        def apply(conn: sqlite3.Connection) -> UsageResult:
+            row = conn.execute(
+                f"SELECT last, auxiliary FROM preparations WHERE {_LIVE}", (id, tenant, now)
+            ).fetchone()
+            if row is None:
+                return UsageResult("missing", None)
+            seen = conn.execute(
+                "SELECT answer FROM usage_reports WHERE preparation_id = ? AND report_id = ?",
+                (id, report_id),
+            ).fetchone()
+            if seen is not None:
+                return UsageResult("duplicate", decode_answer(seen[0]))
+            last, auxiliary = row
+            if column == "last":
+                last = blob
+            else:
+                auxiliary = blob
+            conn.execute(f"UPDATE preparations SET {column} = ? WHERE id = ?", (blob, id))
+            answer = encode_answer(last, auxiliary)
+            conn.execute(
+                "INSERT INTO usage_reports (preparation_id, report_id, answer) VALUES (?, ?, ?)",
+                (id, report_id, answer),
+            )
+            return UsageResult("applied", decode_answer(answer))
+
+        return await self._run(functools.partial(_write, apply))
+
+    async def purge_expired(self, now: float) -> int:
+        """Delete expired records and their reports in one transaction; returns records deleted."""
+
+        def purge(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "DELETE FROM usage_reports WHERE preparation_id IN"
+                " (SELECT id FROM preparations WHERE expires_at <= ?)",
+                (now,),
+            )
+            return conn.execute("DELETE FROM preparations WHERE expires_at <= ?", (now,)).rowcount
+
+        return await self._run(functools.partial(_write, purge))
+
+    async def ping(self) -> None:
+        """Read the schema version from the file (not just the open handle)."""
+
+        def check(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA schema_version").fetchone()
+
+        await self._run(check)
+
+    async def aclose(self) -> None:
+        """Close the connection on its thread (after queued work), then stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._conn.close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+def _connect(path: str, busy_timeout_ms: int, synchronous: str) -> sqlite3.Connection:
+    """Open the connection on the worker thread and bring the file to the current schema."""
+    # isolation_level=None: autocommit, so the transactions below are exactly the ones we BEGIN.
+    conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"could not switch {path!r} to WAL (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        _write(_ensure_schema, conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables in a fresh file; refuse a file written by a newer schema."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        return
+    if version != 0:
+        raise sqlite3.OperationalError(
+            f"database schema version {version} is not {SCHEMA_VERSION}; refusing to touch it"
+        )
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+def _write(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+    """Run ``fn`` inside one ``BEGIN IMMEDIATE`` transaction: commit on return, roll back on error.
+
+    ``IMMEDIATE`` takes the write lock up front, so a read-then-write never fails half way with
+    ``SQLITE_BUSY`` on lock upgrade; other writers wait up to ``busy_timeout``.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(conn)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result

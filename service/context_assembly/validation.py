@@ -1,0 +1,46 @@
+"""Turning pydantic validation errors into one clear ``CONTEXT_ASSEMBLY_INVALID`` problem."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from context_assembly.errors import InvalidError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _loc(loc: Sequence[Any]) -> str:
+    return ".".join(str(part) for part in loc) or "(body)"
+
+
+def invalid_from_errors(errors: Sequence[Any], what: str = "request") -> InvalidError:
+    """One InvalidError naming every offending field (never echoing the offending values)."""
+    items = [
+        {
+            "loc": _loc(err.get("loc", ())),
+            "msg": str(err.get("msg", "invalid")),
+            "type": err.get("type"),
+        }
+        for err in errors
+    ]
+    first = items[0] if items else {"loc": "(body)", "msg": "invalid"}
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    return InvalidError(f"invalid {what}: {first['loc']}: {first['msg']}{more}", errors=items)
+
+
+def parse_model(model: type[M], raw: bytes, what: str = "request") -> M:
+    """Parse JSON bytes into ``model``; any problem becomes an InvalidError naming the field."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise InvalidError(
+            f"invalid {what}: body is not valid JSON ({err})", field="(body)"
+        ) from err
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise invalid_from_errors(err.errors(include_url=False, include_input=False), what) from err
