@@ -59,42 +59,45 @@ class RequestContext:
 
 
 class BodyLimit:
-    """Refuses bodies over ``max_bytes`` with 413 problem+json, by header or while streaming."""
+    """Refuses bodies over ``max_bytes`` with 413 problem+json, by header or while reading.
+
+    The body is read here, up to the limit, before the app sees it, and then replayed: an error
+    raised inside the app's own body read would be reported by FastAPI as a parsing error.
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] in {"GET", "HEAD", "OPTIONS"}:
             await self.app(scope, receive, send)
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
-        seen = 0
-        started = {"response": False}
-
-        async def limited() -> Message:
-            nonlocal seen
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                started["response"] = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except _TooLarge:
-            if not started["response"]:
+            if message["type"] != "http.request":
+                await self.app(scope, _replay([message]), send)
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
                 await self._refuse(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        await self.app(
+            scope,
+            _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+            send,
+        )
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         err = PayloadTooLargeError(
@@ -104,5 +107,15 @@ class BodyLimit:
         await problem_response(err, scope.get("path"))(scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    """A receive callable that yields ``messages`` first, then defers to ``then`` (disconnects)."""
+    pending = list(messages)
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive

@@ -7,8 +7,8 @@ against their sha256 before use.
 """
 
 from context_assembly.tokens.counter import (
-    CacheInfo,
     CachedCounter,
+    CacheInfo,
     CountCache,
     TiktokenCounter,
     get_counter,

@@ -4,11 +4,13 @@
   containing ``<|endoftext|>`` is counted as the literal characters, never as a special token).
 * ``CachedCounter(inner)``: memoises ``inner.count`` in a bounded LRU keyed by
   ``(tokenizer name, text key)``. The text key is the text itself below 64 characters (hashing
-  would cost more than it saves) and its 16-byte BLAKE2b digest above, so a cached 100 KB block
-  costs 16 bytes of key, not 100 KB. A 128-bit digest collision is not a practical concern.
-* ``get_counter(name)``: the process-wide counter for a tokenizer. The two tiktoken counters share
-  one ``CountCache`` (one memory bound for the process); the estimator is not cached because
-  computing it costs about as much as hashing the text.
+  would cost more than it saves) and its SHA-256 digest above, so a cached 100 KB block costs 32
+  bytes of key, not 100 KB. SHA-256 rather than BLAKE2b because OpenSSL uses the CPU's SHA
+  extensions: 1.8 µs against 3.0 µs per 1.25 KB on the project machine, and a hit is mostly
+  hashing.
+* ``get_counter(name)``: the process-wide counter for a tokenizer. All three (o200k, cl100k and
+  the estimate) are cached and share one ``CountCache``, so the process has one memory bound.
+  The estimate is cached too: on a 1.25 KB text it costs ~18 µs against ~5 µs for a hit.
 
 Thread safety: the service counts on its event-loop thread, but large texts may be counted in a
 worker thread (tiktoken releases the GIL). The cache takes a ``threading.Lock`` around each
@@ -82,8 +84,8 @@ class CountCache:
         """The cache key of ``text`` (a ``str`` key never equals a ``bytes`` key)."""
         if len(text) < SHORT_KEY_CHARS:
             return (tokenizer, text)
-        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-        return (tokenizer, digest)
+        # surrogatepass: a lone surrogate is legal in a str and must not make counting raise.
+        return (tokenizer, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
 
     def get(self, key: CacheKey) -> int | None:
         """The cached count, marking it most recently used; ``None`` on a miss."""
@@ -166,11 +168,12 @@ def get_counter(name: TokenizerName) -> TokenCounter:
         with _counters_lock:
             counter = _counters.get(name)
             if counter is None:
+                inner: TokenCounter
                 if name == "estimate":
-                    counter = EstimateCounter()
+                    inner = EstimateCounter()
                 elif name in ("o200k_base", "cl100k_base"):
-                    counter = CachedCounter(TiktokenCounter(name), _shared_cache)
+                    inner = TiktokenCounter(name)
                 else:
                     raise ValueError(f"unknown tokenizer {name!r}")
-                _counters[name] = counter
+                counter = _counters[name] = CachedCounter(inner, _shared_cache)
     return counter

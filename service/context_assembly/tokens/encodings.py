@@ -134,7 +134,9 @@ def parse_ranks(data: bytes, source: str) -> dict[bytes, int]:
     return ranks
 
 
-def build_encoding(name: EncodingName, directory: Traversable | Path | None = None) -> tiktoken.Encoding:
+def build_encoding(
+    name: EncodingName, directory: Traversable | Path | None = None
+) -> tiktoken.Encoding:
     """Build one encoding from its shipped rank file (no cache: every call reads and parses)."""
     spec = SPECS[name]
     source = (directory if directory is not None else data_dir()).joinpath(spec.filename)

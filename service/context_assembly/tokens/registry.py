@@ -19,13 +19,22 @@ import functools
 from importlib import resources
 from typing import Annotated, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from context_assembly.core.counting import ModelProfile, TokenizerName
 
 _SEPARATORS: Final = ("-", "@", ":")
 
-ModelName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9.\-]*$")]
+ModelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+]
 Provider = Literal["openai", "anthropic", "google"]
 Count = Annotated[int, Field(ge=0)]
 Limit = Annotated[int, Field(ge=1)]
@@ -75,7 +84,9 @@ class ModelEntry(_Frozen):
         # model would be a silent under-count risk, so the data file may not say so.
         exact = self.tokenizer != "estimate"
         if exact != (self.provider == "openai"):
-            raise ValueError(f"{self.name}: tokenizer {self.tokenizer!r} is not valid for provider {self.provider!r}")
+            raise ValueError(
+                f"{self.name}: tokenizer {self.tokenizer!r} is not valid for provider {self.provider!r}"
+            )
         if self.max_output_tokens > self.context_window:
             raise ValueError(f"{self.name}: max_output_tokens exceeds context_window")
         return self

@@ -1,0 +1,179 @@
+"""HTTP surface: problem+json for every kind of bad input, limits, ops endpoints, breakdown, OpenAPI."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from conftest import AppFactory, basic_request
+
+from context_assembly.api.openapi_export import render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _problem(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["code"] == code and body["status"] == status
+    assert "Traceback" not in response.text
+    return body
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"model": 5}, "model"),
+        ({"unknown_field": 1}, "unknown_field"),
+        ({"assembly": {"timeout_ms": 0}}, "assembly.timeout_ms"),
+        ({"assembly": {"max_blocks": 4096}}, "assembly.max_blocks"),
+        ({"assembly": {"layout": "fancy"}}, "assembly.layout"),
+        (
+            {"contributions": [{"source": "memory", "revision": 1, "blocks": [{"id": "a"}]}]},
+            "contributions.0.blocks.0.text",
+        ),
+        (
+            {
+                "contributions": [
+                    {
+                        "source": "memory",
+                        "revision": 1,
+                        "blocks": [{"id": "a", "text": "t", "priority": "high"}],
+                    }
+                ]
+            },
+            "contributions.0.blocks.0.priority",
+        ),
+        ({"history": [{"role": "wizard", "content": "x"}]}, "history.0.role"),
+    ],
+)
+def test_malformed_requests_name_the_field(
+    make_client: AppFactory, change: dict[str, Any], field: str
+) -> None:
+    """Wrong types, unknown fields and out-of-range options give 422 naming the offending field."""
+    client = make_client()
+    body = _problem(
+        client.post("/v1/prepare", json=basic_request(**change)), 422, "CONTEXT_ASSEMBLY_INVALID"
+    )
+    assert any(err["loc"].startswith(field) for err in body["errors"]), body
+
+
+def test_block_rules_name_the_block(make_client: AppFactory) -> None:
+    """A block-level violation (a dependency cycle) names the qualified block ids."""
+    blocks = [
+        {"id": "a", "text": "x", "dependencies": ["memory/b"]},
+        {"id": "b", "text": "y", "dependencies": ["memory/a"]},
+    ]
+    client = make_client()
+    body = _problem(
+        client.post(
+            "/v1/prepare",
+            json=basic_request(
+                contributions=[{"source": "memory", "revision": 1, "blocks": blocks}]
+            ),
+        ),
+        422,
+        "CONTEXT_ASSEMBLY_INVALID",
+    )
+    assert body["block_ids"] == ["memory/a", "memory/b"]
+
+
+def test_invalid_json_body(make_client: AppFactory) -> None:
+    """A body that is not JSON is a 422 problem, not a 500."""
+    client = make_client()
+    response = client.post(
+        "/v1/prepare", content=b"{nope", headers={"content-type": "application/json"}
+    )
+    _problem(response, 422, "CONTEXT_ASSEMBLY_INVALID")
+
+
+def test_body_over_the_limit_is_413(make_client: AppFactory) -> None:
+    """A body over limits.max_body_bytes is refused with 413 PAYLOAD_TOO_LARGE, declared or streamed."""
+    client = make_client(limits={"max_body_bytes": 4096})
+    big = basic_request(instructions="x" * 10_000)
+    _problem(client.post("/v1/prepare", json=big), 413, "PAYLOAD_TOO_LARGE")
+
+    def chunks() -> Any:
+        yield orjson.dumps(big)
+
+    _problem(
+        client.post("/v1/prepare", content=chunks(), headers={"content-type": "application/json"}),
+        413,
+        "PAYLOAD_TOO_LARGE",
+    )
+
+
+def test_unknown_path_and_method(make_client: AppFactory) -> None:
+    """Unknown paths are 404 NOT_FOUND and wrong methods 405, both problem+json."""
+    client = make_client()
+    _problem(client.get("/v2/nothing"), 404, "NOT_FOUND")
+    _problem(client.get("/v1/prepare"), 405, "METHOD_NOT_ALLOWED")
+
+
+def test_ops_endpoints_and_request_id(make_client: AppFactory) -> None:
+    """healthz, readyz, metrics and models answer; the request id is echoed or generated."""
+    client = make_client()
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+    client.post("/v1/prepare", json=basic_request())
+    metrics = client.get("/metrics").text
+    assert "context_assembly_prepare_seconds_count" in metrics
+    assert 'context_assembly_decisions_total{reason="protected",status="selected"}' in metrics
+    models = client.get("/v1/models").json()["models"]
+    assert any(m["name"] == "gpt-4o-mini" and m["tokenizer"] == "o200k_base" for m in models)
+    echoed = client.get("/healthz", headers={"X-Request-Id": "abc-123"})
+    assert echoed.headers["x-request-id"] == "abc-123"
+    assert len(client.get("/healthz").headers["x-request-id"]) == 16
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: list[str] = []
+        self.ids: dict[str, str] = {}
+        self.errors: list[str] = []
+        self._current: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in {"meta", "br", "input", "img"}:
+            self.stack.append(tag)
+        self._current = dict(attrs).get("id")
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"unbalanced </{tag}>")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._current and data.strip():
+            self.ids.setdefault(self._current, data.strip())
+
+
+def test_breakdown_html_and_text(make_client: AppFactory) -> None:
+    """The breakdown is well-formed HTML with the budget figures, or plain text for other clients."""
+    client = make_client()
+    prep = client.post("/v1/prepare", json=basic_request()).json()
+    path = f"/v1/preparations/{prep['preparation_id']}/breakdown"
+    html = client.get(path, headers={"Accept": "text/html"})
+    assert html.headers["content-type"].startswith("text/html")
+    parser = _Collector()
+    parser.feed(html.text)
+    assert parser.errors == [] and parser.stack == [], (parser.errors, parser.stack)
+    assert parser.ids["capacity"] == str(prep["budget"]["capacity"])
+    assert parser.ids["total"] == str(prep["budget"]["total_input_tokens"])
+    assert "memory/receipt" in html.text and "protected" in html.text
+    assert "Receipt A42" not in html.text, "no block body is ever shown"
+    text = client.get(path, headers={"Accept": "text/plain"})
+    assert text.headers["content-type"].startswith("text/plain")
+    assert f"total input {prep['budget']['total_input_tokens']}" in text.text
+
+
+def test_committed_openapi_matches_the_app() -> None:
+    """openapi/openapi.json is what `make openapi` would write now (no drift)."""
+    committed = (ROOT / "openapi" / "openapi.json").read_bytes()
+    assert committed == render(), "run `make openapi` and commit openapi/openapi.json"

@@ -1,0 +1,306 @@
+"""The preparation lifecycle over HTTP (in-process app, real SQLite): SPEC §3.3."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, ClassVar
+
+import httpx
+import orjson
+from conftest import KEYS, AppFactory, FakeWall, basic_request, neutral_frame
+
+
+def _prepare(client: Any, body: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:
+    response = client.post("/v1/prepare", json=body or basic_request(), headers=headers)
+    assert response.status_code == 200, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def _validate(client: Any, prep: dict[str, Any], **changes: Any) -> httpx.Response:
+    body = {"model": "gpt-4o-mini", "scope": {}, "frame": neutral_frame(prep)}
+    body.update(changes)
+    response: httpx.Response = client.post(
+        f"/v1/preparations/{prep['preparation_id']}/validate", json=body
+    )
+    return response
+
+
+class TestValidate:
+    def test_unchanged_frame_is_valid(self, make_client: AppFactory) -> None:
+        """The frame exactly as prepared validates with 200 {valid: true}."""
+        client = make_client()
+        prep = _prepare(client)
+        response = _validate(client, prep)
+        assert response.status_code == 200
+        assert response.json()["valid"] is True
+
+    def test_each_stale_reason_is_reported(self, make_client: AppFactory) -> None:
+        """Model, scope, prefix, input and expiry changes each give their own 409 reason."""
+        wall = FakeWall()
+        client = make_client(wall=wall)
+        prep = _prepare(client)
+        frame = neutral_frame(prep)
+        cases: list[tuple[dict[str, Any], str]] = []
+        cases.append(({"model": "gpt-4o"}, "model_changed"))
+        cases.append(({"scope": {"account_id": "other"}}, "scope_changed"))
+        edited_prefix = copy.deepcopy(frame)
+        edited_prefix["messages"][1]["content"] = "tampered history"
+        cases.append(({"frame": edited_prefix}, "prefix_changed"))
+        edited_input = copy.deepcopy(frame)
+        edited_input["messages"][-1]["content"] = "another question"
+        cases.append(({"frame": edited_input}, "input_changed"))
+        resorted = copy.deepcopy(frame)
+        resorted["tools"] = [{"name": "late_tool", "description": "", "parameters": {}}]
+        cases.append(({"frame": resorted}, "prefix_changed"))
+        for changes, reason in cases:
+            response = _validate(client, prep, **changes)
+            assert response.status_code == 409, (reason, response.text)
+            problem = response.json()
+            assert problem["code"] == "CONTEXT_ASSEMBLY_STALE"
+            assert problem["reasons"] == [reason]
+            assert response.headers["content-type"] == "application/problem+json"
+        wall.now += 1900  # past the selected note's expires_at (12:30Z), within the record TTL
+        expired = _validate(client, prep)
+        assert expired.status_code == 409
+        assert expired.json()["reasons"] == ["expired:memory/note"]
+
+    def test_revision_unavailable_when_the_contributor_fails_the_query(
+        self, make_client: AppFactory
+    ) -> None:
+        """A webhook whose revision query fails makes validate answer revision_unavailable:<source>."""
+        calls: list[str] = []
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            packet = orjson.loads(request.content)
+            calls.append(packet["type"])
+            if packet["type"] == "revision":
+                return httpx.Response(500)
+            return httpx.Response(
+                200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]}
+            )
+
+        client = make_client(
+            contributor_transport=httpx.MockTransport(handler),
+            contributors={"hook": {"url": "http://contributor.test/hook"}},
+        )
+        body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+        body["plugins"] = [*body["plugins"], {"name": "docs"}]
+        prep = _prepare(client, body)
+        response = _validate(client, prep)
+        assert response.status_code == 409
+        assert response.json()["reasons"] == ["revision_unavailable:docs"]
+        assert calls == ["contribute", "revision"]
+
+
+class TestRefreshRepair:
+    def test_refresh_once_then_refresh_used(self, make_client: AppFactory) -> None:
+        """An edited input refreshes once (attempt 2, same id); a second refresh is 409 refresh_used."""
+        client = make_client()
+        body = basic_request()
+        prep = _prepare(client, body)
+        edited = basic_request(input=[{"role": "user", "content": "Inspect receipt A42, briefly."}])
+        first = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=edited)
+        assert first.status_code == 200, first.text
+        assert first.json()["attempt"] == 2
+        assert first.json()["preparation_id"] == prep["preparation_id"]
+        assert first.json()["input_hash"] != prep["input_hash"]
+        second = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=edited)
+        assert second.status_code == 409
+        assert second.json()["reasons"] == ["refresh_used"]
+        # The stored view now describes the refreshed frame: validate accepts it.
+        assert _validate(client, first.json()).status_code == 200
+
+    def test_failed_refresh_uses_up_the_attempt(self, make_client: AppFactory) -> None:
+        """A refresh that changes the trusted prefix fails with 409 and still uses the one refresh."""
+        client = make_client()
+        prep = _prepare(client)
+        tampered = basic_request(instructions="New host prompt.")
+        failed = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=tampered)
+        assert failed.status_code == 409
+        assert failed.json()["reasons"] == ["prefix_changed"]
+        again = client.post(
+            f"/v1/preparations/{prep['preparation_id']}/refresh", json=basic_request()
+        )
+        assert again.json()["reasons"] == ["refresh_used"]
+
+    def test_repair_with_changed_instructions_is_stale(self, make_client: AppFactory) -> None:
+        """repair with the original instructions answers a frame; changed instructions answer 409."""
+        client = make_client()
+        body = basic_request()
+        prep = _prepare(client, body)
+        path = f"/v1/preparations/{prep['preparation_id']}/repair"
+        repair = {
+            "model": "gpt-4o-mini",
+            "instructions": body["instructions"],
+            "frame": neutral_frame(prep),
+            "answer": "A42: unknown",
+            "schema": {"type": "object"},
+        }
+        ok = client.post(path, json=repair)
+        assert ok.status_code == 200, ok.text
+        messages = ok.json()["frame"]["messages"]
+        assert messages[-2] == {"role": "assistant", "content": "A42: unknown"}
+        assert messages[-1]["role"] == "user" and '"type":"object"' in messages[-1]["content"]
+        stale = client.post(path, json={**repair, "instructions": "Changed host prompt."})
+        assert stale.status_code == 409
+        assert stale.json()["reasons"] == ["instructions_changed"]
+
+
+class TestUsage:
+    REPORTS: ClassVar[list[tuple[str, dict[str, Any], tuple[int, int, int | None, int]]]] = [
+        (
+            "openai",
+            {
+                "prompt_tokens": 200,
+                "completion_tokens": 9,
+                "prompt_tokens_details": {"cached_tokens": 128},
+            },
+            (200, 128, None, 9),
+        ),
+        (
+            "anthropic",
+            {
+                "input_tokens": 20,
+                "cache_read_input_tokens": 150,
+                "cache_creation_input_tokens": 30,
+                "output_tokens": 7,
+            },
+            (200, 150, 30, 7),
+        ),
+        (
+            "google",
+            {
+                "usageMetadata": {
+                    "promptTokenCount": 200,
+                    "cachedContentTokenCount": 0,
+                    "candidatesTokenCount": 11,
+                }
+            },
+            (200, 0, None, 11),
+        ),
+    ]
+
+    def test_usage_fills_accounting_per_provider(self, make_client: AppFactory) -> None:
+        """OpenAI, Anthropic and Gemini usage objects fill 'last' as SPEC §7 says."""
+        client = make_client()
+        for provider, usage, (total, cached, creation, output) in self.REPORTS:
+            prep = _prepare(client)
+            estimate = prep["budget"]["total_input_tokens"]
+            response = client.post(
+                f"/v1/preparations/{prep['preparation_id']}/usage",
+                json={
+                    "report_id": f"r-{provider}",
+                    "provider": provider,
+                    "call": "main",
+                    "usage": usage,
+                },
+            )
+            assert response.status_code == 200, response.text
+            last = response.json()["accounting"]["last"]
+            assert (
+                last["provider_input_tokens"],
+                last["cached_input_tokens"],
+                last["cache_creation_input_tokens"],
+                last["output_tokens"],
+            ) == (total, cached, creation, output)
+            assert last["input_token_delta"] == total - estimate
+            assert response.json()["accounting"]["auxiliary"] is None
+
+    def test_same_report_id_twice_changes_nothing_and_repair_is_auxiliary(
+        self, make_client: AppFactory
+    ) -> None:
+        """A repeated report_id answers the same; a repair report goes to auxiliary, never 'last'."""
+        client = make_client()
+        prep = _prepare(client)
+        path = f"/v1/preparations/{prep['preparation_id']}/usage"
+        main = {
+            "report_id": "r1",
+            "provider": "openai",
+            "call": "main",
+            "usage": {"prompt_tokens": 100},
+        }
+        first = client.post(path, json=main)
+        again = client.post(path, json={**main, "usage": {"prompt_tokens": 999}})
+        assert again.json() == first.json()
+        repair = client.post(
+            path,
+            json={
+                "report_id": "r2",
+                "provider": "openai",
+                "call": "repair",
+                "usage": {"prompt_tokens": 300},
+            },
+        )
+        accounting = repair.json()["accounting"]
+        assert accounting["last"]["provider_input_tokens"] == 100
+        assert accounting["auxiliary"]["provider_input_tokens"] == 300
+        view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
+        assert view["accounting"] == accounting
+
+
+class TestTenancy:
+    def test_another_tenant_cannot_touch_a_preparation(self, make_client: AppFactory) -> None:
+        """Tenant B gets 404 (exactly like an unknown id) for every call on tenant A's preparation."""
+        client = make_client(auth=True)
+        a = {"Authorization": f"Bearer {KEYS['acme']}"}
+        b = {"X-API-Key": KEYS["globex"]}
+        prep = _prepare(client, None, **a)
+        pid = prep["preparation_id"]
+        calls = [
+            ("GET", f"/v1/preparations/{pid}", None),
+            ("GET", f"/v1/preparations/{pid}/breakdown", None),
+            (
+                "POST",
+                f"/v1/preparations/{pid}/validate",
+                {"model": "gpt-4o-mini", "frame": neutral_frame(prep)},
+            ),
+            ("POST", f"/v1/preparations/{pid}/refresh", basic_request()),
+            (
+                "POST",
+                f"/v1/preparations/{pid}/repair",
+                {
+                    "model": "gpt-4o-mini",
+                    "instructions": "Be exact.",
+                    "frame": neutral_frame(prep),
+                    "answer": "x",
+                },
+            ),
+            (
+                "POST",
+                f"/v1/preparations/{pid}/usage",
+                {"report_id": "r", "provider": "openai", "usage": {}},
+            ),
+        ]
+        for method, path, body in calls:
+            other = client.request(method, path, json=body, headers=b)
+            unknown = client.request(
+                method, path.replace(pid, "prep_unknown"), json=body, headers=b
+            )
+            assert other.status_code == 404, (path, other.text)
+            assert other.json()["code"] == "NOT_FOUND"
+            assert {
+                k: v
+                for k, v in other.json().items()
+                if k not in {"instance", "detail", "preparation_id"}
+            } == {
+                k: v
+                for k, v in unknown.json().items()
+                if k not in {"instance", "detail", "preparation_id"}
+            }
+        # The owner still can (and A's refresh was not used up by B's attempt).
+        assert client.get(f"/v1/preparations/{pid}", headers=a).status_code == 200
+        assert (
+            client.post(
+                f"/v1/preparations/{pid}/refresh", json=basic_request(), headers=a
+            ).status_code
+            == 200
+        )
+
+    def test_missing_or_wrong_key_is_401(self, make_client: AppFactory) -> None:
+        """No key or an unknown key answers 401 UNAUTHENTICATED problem+json."""
+        client = make_client(auth=True)
+        for headers in ({}, {"Authorization": "Bearer nope"}):
+            response = client.post("/v1/prepare", json=basic_request(), headers=headers)
+            assert response.status_code == 401
+            assert response.json()["code"] == "UNAUTHENTICATED"

@@ -1,0 +1,190 @@
+"""End to end: real ``context-assembly serve`` processes and a real loopback contributor server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+import httpx
+import pytest
+from conftest import Contributor, ServiceFactory
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "whsec_" + base64.b64encode(b"e2e-test-secret-0123456789abcdef").decode()
+
+
+def config(contributors: dict[str, dict[str, Any]], extra: str = "") -> str:
+    lines = ["[store]", 'backend = "sqlite"', 'path = "{db}"', ""]
+    for name, conf in contributors.items():
+        lines.append(f"[contributors.{name}]")
+        for key, value in conf.items():
+            lines.append(f"{key} = {json.dumps(value)}")
+        lines.append("")
+    return "\n".join(lines) + extra
+
+
+def request(
+    sources: list[tuple[str, str]], timeout_ms: int = 1000, **policy: str
+) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o-mini",
+        "assembly": {"timeout_ms": timeout_ms, "max_data_tokens": 4000},
+        "instructions": "Be brief.",
+        "plugins": [{"name": source, "instructions": f"{source} entries"} for source, _ in sources],
+        "contributors": [
+            {
+                "source": source,
+                "endpoint": endpoint,
+                **({"failure_policy": policy[source]} if source in policy else {}),
+            }
+            for source, endpoint in sources
+        ],
+        "input": [{"role": "user", "content": "hello"}],
+    }
+
+
+def test_eight_contributors_of_100ms_finish_under_200ms(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """Eight contributors answering in 100 ms are called concurrently: the prepare takes < 200 ms."""
+    names = [f"c{i}" for i in range(8)]
+    svc = service_factory(config({n: {"url": contributor.url(f"/ok/100/{n}")} for n in names}))
+    body = request([(n, n) for n in names])
+    with httpx.Client(base_url=svc.base, timeout=5) as client:
+        client.post("/v1/prepare", json=body)  # warm the connection pools
+        started = time.perf_counter()
+        response = client.post("/v1/prepare", json=body)
+        elapsed = time.perf_counter() - started
+    assert response.status_code == 200, response.text
+    sources = response.json()["selection"]["sources"]
+    assert [s["status"] for s in sources] == ["ok"] * 8
+    assert elapsed < 0.200, f"prepare took {elapsed * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize("path", ["/hang", "/drip"])
+def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
+    path: str, contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """A hung or byte-dripping contributor under 'fail' gives 504 within timeout_ms + 100 ms."""
+    svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
+    with httpx.Client(base_url=svc.base, timeout=5) as client:
+        started = time.perf_counter()
+        response = client.post("/v1/prepare", json=request([("slow", "slow")], timeout_ms=300))
+        elapsed = time.perf_counter() - started
+    assert response.status_code == 504
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
+    assert elapsed < 0.300 + 0.100, f"took {elapsed * 1000:.0f} ms"
+
+
+def test_omit_policy_reports_timeout_and_succeeds(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """With 'omit' a hung contributor shows 'timeout' in the manifest and the prepare succeeds."""
+    svc = service_factory(
+        config(
+            {
+                "slow": {"url": contributor.url("/hang")},
+                "fast": {"url": contributor.url("/ok/0/fast")},
+            }
+        )
+    )
+    body = request([("slow", "slow"), ("fast", "fast")], timeout_ms=250, slow="omit")
+    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
+    assert response.status_code == 200, response.text
+    statuses = {s["source"]: s["status"] for s in response.json()["selection"]["sources"]}
+    assert statuses == {"slow": "timeout", "fast": "ok"}
+    ids = {b["id"] for b in response.json()["selection"]["blocks"]}
+    assert ids == {"fast-a", "fast-b"}
+
+
+def test_a_late_answer_changes_nothing_stored(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """A contributor that answers after the deadline leaves the stored preparation as it was answered."""
+    svc = service_factory(
+        config({"late": {"url": contributor.url("/late/400/late"), "failure_policy": "omit"}})
+    )
+    with httpx.Client(base_url=svc.base, timeout=5) as client:
+        response = client.post("/v1/prepare", json=request([("late", "late")], timeout_ms=150))
+        assert response.status_code == 200
+        prep = response.json()
+        # Wait (bounded) until the contributor reports it has sent its late answer.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            text = contributor.record_file.read_text() if contributor.record_file.exists() else ""
+            if "/late/400/late" in text:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the contributor never answered")
+        stored = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
+    assert stored["selection"] == prep["selection"]
+    assert stored["selection"]["sources"][0]["status"] == "timeout"
+    assert stored["selection"]["blocks"] == []
+
+
+def test_signature_verifies_with_an_independent_implementation(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """The contributor verifies the Standard Webhooks signature; the deadline header is ≤ timeout_ms."""
+    svc = service_factory(
+        config({"signed": {"url": contributor.url("/record/signed"), "secret": SECRET}})
+    )
+    response = httpx.post(
+        f"{svc.base}/v1/prepare", json=request([("signed", "signed")], timeout_ms=800), timeout=5
+    )
+    assert response.status_code == 200, response.text
+    lines = [
+        json.loads(x) for x in contributor.record_file.read_text().splitlines() if '"headers"' in x
+    ]
+    recorded = lines[-1]
+    headers, body = recorded["headers"], base64.b64decode(recorded["body"])
+    Webhook(SECRET).verify(body, headers)  # raises on a bad signature
+    assert 1 <= int(headers["x-contributor-timeout-ms"]) <= 800
+    packet = json.loads(body)
+    assert packet["type"] == "contribute" and packet["source"] == "signed"
+    assert packet["preparation_id"] == response.json()["preparation_id"]
+    tampered = body.replace(b"signed", b"forged")
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(tampered, headers)
+
+
+def test_validate_sees_a_changed_or_unavailable_revision(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """validate re-queries each webhook: same revision 200, a new one 409 revision_changed."""
+    contributor.set_revision("rev", "one")
+    svc = service_factory(config({"rev": {"url": contributor.url("/state/rev")}}))
+    with httpx.Client(base_url=svc.base, timeout=5) as client:
+        prep = client.post("/v1/prepare", json=request([("rev", "rev")])).json()
+        frame = {"messages": prep["frame"]["messages"], "tools": prep["frame"]["tools"]}
+        path = f"/v1/preparations/{prep['preparation_id']}/validate"
+        ok = client.post(path, json={"model": "gpt-4o-mini", "frame": frame})
+        assert ok.status_code == 200, ok.text
+        contributor.set_revision("rev", "two")
+        stale = client.post(path, json={"model": "gpt-4o-mini", "frame": frame})
+    assert stale.status_code == 409
+    assert stale.json()["reasons"] == ["revision_changed:rev"]
+
+
+def test_serve_refuses_sqlite_with_two_workers(service_factory: ServiceFactory) -> None:
+    """``serve --workers 2`` on SQLite exits with a clear message instead of starting."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "context-assembly"
+    done = subprocess.run(
+        [str(exe), "serve", "--workers", "2", "--port", "0"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert b"SQLite" in done.stderr
