@@ -35,11 +35,18 @@ def make_blocks(n: int, seed: int = 7) -> list[SourceBlocks]:
         source = sources[i % 4]
         deps = []
         if qids and rnd.random() < 0.6:
-            deps = sorted({qids[-1 - rnd.randrange(min(len(qids), 8))] for _ in range(rnd.randint(1, 2))})
+            deps = sorted(
+                {qids[-1 - rnd.randrange(min(len(qids), 8))] for _ in range(rnd.randint(1, 2))}
+            )
         text = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(20, 120))) + f" #{i}"
         per[source].append(
-            Block(id=f"b{i}", text=text, priority=rnd.randint(-50, 50) * 10, dependencies=deps,
-                  projection=text[:40] if rnd.random() < 0.5 else None)
+            Block(
+                id=f"b{i}",
+                text=text,
+                priority=rnd.randint(-50, 50) * 10,
+                dependencies=deps,
+                projection=text[:40] if rnd.random() < 0.5 else None,
+            )
         )
         qids.append(f"{source}/b{i}")
     return [SourceBlocks(s, tuple(per[s])) for s in sources]
@@ -58,8 +65,16 @@ def run(n: int, reps: int) -> None:
     def once(counter: CachedCounter) -> float:
         started = time.perf_counter()
         graph = build_graph(groups, options)
-        select(graph, sources, now=NOW, data_limit=limit, max_data_tokens=limit, source_limits={"docs": limit // 3},
-               counter=counter, profile=profile)
+        select(
+            graph,
+            sources,
+            now=NOW,
+            data_limit=limit,
+            max_data_tokens=limit,
+            source_limits={"docs": limit // 3},
+            counter=counter,
+            profile=profile,
+        )
         return time.perf_counter() - started
 
     warm_counter = CachedCounter(TiktokenCounter("o200k_base"), cache=CountCache())
@@ -79,7 +94,9 @@ def run(n: int, reps: int) -> None:
 
     print(f"select {n:5d} blocks  warm counts: {fmt(warm)}")
     print(f"select {n:5d} blocks  cold counts: {fmt(cold)}")
-    print(f"raw tiktoken over the same {n} texts: {fmt(raw)}   cold/raw {statistics.median(cold) / statistics.median(raw):.2f}x")
+    print(
+        f"raw tiktoken over the same {n} texts: {fmt(raw)}   cold/raw {statistics.median(cold) / statistics.median(raw):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from context_assembly.core.request import Block
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 PAST = "2026-12-01T00:00:00Z"
 FUTURE = "2027-01-01T00:00:00Z"
-WORDS = ["alpha", "beta", "gamma", "delta", "receipt", "A42", "{", "}", "\"q\"", "é", "日本", "🙂"]
+WORDS = ["alpha", "beta", "gamma", "delta", "receipt", "A42", "{", "}", '"q"', "é", "日本", "🙂"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,11 @@ class Scenario:
 @st.composite
 def scenarios(draw: st.DrawFn, max_blocks: int = 14, protected: bool = True) -> Scenario:
     """A few sources with blocks whose dependencies only point backwards (so no cycles)."""
-    sources = tuple(draw(st.lists(st.sampled_from(["mem", "docs", "notes"]), min_size=1, max_size=3, unique=True)))
+    sources = tuple(
+        draw(
+            st.lists(st.sampled_from(["mem", "docs", "notes"]), min_size=1, max_size=3, unique=True)
+        )
+    )
     count = draw(st.integers(1, max_blocks))
     qids: list[str] = []
     per_source: dict[str, list[Block]] = {s: [] for s in sources}

@@ -9,8 +9,22 @@ import pytest
 
 CORE = Path(__file__).resolve().parents[2] / "service" / "context_assembly" / "core"
 BANNED_MODULES = {
-    "fastapi", "starlette", "httpx", "redis", "sqlite3", "structlog", "tiktoken", "aiohttp",
-    "socket", "requests", "uvicorn", "os", "subprocess", "time", "asyncio", "zoneinfo",
+    "fastapi",
+    "starlette",
+    "httpx",
+    "redis",
+    "sqlite3",
+    "structlog",
+    "tiktoken",
+    "aiohttp",
+    "socket",
+    "requests",
+    "uvicorn",
+    "os",
+    "subprocess",
+    "time",
+    "asyncio",
+    "zoneinfo",
 }
 BANNED_CALLS = {("datetime", "now"), ("datetime", "utcnow"), ("date", "today"), ("os", "environ")}
 
@@ -54,8 +68,10 @@ def test_checker_catches_a_banned_import(tmp_path: Path) -> None:
     bad = ast.parse("import tiktoken\nfrom datetime import datetime\nx = datetime.now()\n")
     imports = [n for n in ast.walk(bad) if isinstance(n, ast.Import)]
     calls = [
-        n for n in ast.walk(bad)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        n
+        for n in ast.walk(bad)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
         and (n.value.id, n.attr) in BANNED_CALLS
     ]
     assert imports[0].names[0].name in BANNED_MODULES

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fakes import PROFILE, SurchargeCounter, WordCounter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import NOW, Scenario, scenarios
 
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
 from context_assembly.core.request import AssemblyOptions
 from context_assembly.core.select import Selection, rank_key, select
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
+from fakes import PROFILE, SurchargeCounter, WordCounter
+from strategies import NOW, Scenario, scenarios
 
 OPTIONS = AssemblyOptions(max_blocks=2048)
 PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 COUNTERS = [WordCounter(), SurchargeCounter()]
 
 
-def _run(scenario: Scenario, groups: Iterable[SourceBlocks] | None = None, counter: object = None) -> tuple[dict[str, Node], Selection]:
+def _run(
+    scenario: Scenario, groups: Iterable[SourceBlocks] | None = None, counter: object = None
+) -> tuple[dict[str, Node], Selection]:
     graph = build_graph(groups if groups is not None else scenario.groups, OPTIONS)
     result = select(
         graph,
@@ -52,12 +54,16 @@ def test_never_over_the_data_limit_or_a_source_limit(scenario: Scenario, counter
     if result.data_content is not None:
         from context_assembly.core.counting import count_text_message
 
-        assert count_text_message("user", result.data_content, counter, PROFILE) == result.data_tokens  # type: ignore[arg-type]
+        assert (
+            count_text_message("user", result.data_content, counter, PROFILE) == result.data_tokens
+        )  # type: ignore[arg-type]
 
 
 @PROPERTY
 @given(scenarios(), st.sampled_from(COUNTERS))
-def test_entered_blocks_have_their_dependencies_in_full(scenario: Scenario, counter: object) -> None:
+def test_entered_blocks_have_their_dependencies_in_full(
+    scenario: Scenario, counter: object
+) -> None:
     """Every selected or projected block has its whole dependency closure selected in full."""
     try:
         graph, result = _run(scenario, counter=counter)
@@ -89,7 +95,9 @@ def test_protected_blocks_enter_in_full_or_the_call_fails(scenario: Scenario) ->
 
 @PROPERTY
 @given(scenarios(), st.randoms(use_true_random=False))
-def test_permuting_block_and_source_input_order_changes_nothing(scenario: Scenario, rnd: object) -> None:
+def test_permuting_block_and_source_input_order_changes_nothing(
+    scenario: Scenario, rnd: object
+) -> None:
     """Shuffling each source's blocks (and the order sources are listed) gives identical output."""
     shuffled = []
     for group in scenario.groups:

@@ -161,7 +161,9 @@ def whiteboard_blocks(whiteboard: Whiteboard) -> tuple[Block, ...]:
     return tuple(blocks)
 
 
-def materialised_inputs(request: PrepareRequest, setups: Sequence[SourceSetup]) -> list[SourceInput]:
+def materialised_inputs(
+    request: PrepareRequest, setups: Sequence[SourceSetup]
+) -> list[SourceInput]:
     """Inputs for the sources that need no call: inline contributions and the whiteboard."""
     inline = {item.source: item for item in request.contributions}
     inputs: list[SourceInput] = []

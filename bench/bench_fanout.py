@@ -1,0 +1,234 @@
+"""Fan-out benchmark: 8 loopback contributors through ``contribute_all``, two httpx transports.
+
+Compares httpx's default transport (httpcore pool) with the httpx-aiohttp transport that
+``create_client()`` uses, at concurrency 1 (sequential fan-outs) and 16 (16 concurrent fan-out
+loops, 128 requests in flight). Each contributor sleeps 20 ms and answers ~5.6 KB of valid
+``{revision, blocks}`` JSON (the setup of reference/perf-baseline.md §4). "Overhead" is fan-out
+wall time minus the 20 ms sleep; client CPU is this process's ``time.process_time()`` per fan-out.
+
+The 8 contributors run in a child process (so their CPU is not counted), bound to 127.0.0.1 only,
+and are stopped by PID at the end. Bounded: a whole run takes well under 60 s.
+
+    .venv/bin/python bench/bench_fanout.py [--rounds-c1 100] [--rounds-c16 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+SLEEP_S = 0.020
+SERVERS = 8
+
+
+# --------------------------------------------------------------------------- contributor process
+
+
+def _answer_body() -> bytes:
+    blocks = [{"id": f"b{i}", "text": "lorem ipsum " * 40, "priority": i} for i in range(11)]
+    return json.dumps({"revision": "r1", "blocks": blocks}).encode()
+
+
+async def _serve() -> None:
+    body = _answer_body()
+    head = (
+        f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in request.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                await asyncio.sleep(SLEEP_S)
+                writer.write(head + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    servers = [await asyncio.start_server(handle, "127.0.0.1", 0) for _ in range(SERVERS)]
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    print(json.dumps(ports), flush=True)
+    # Run until the parent closes our stdin (or stops us by PID).
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _measure(
+    fan_out: Callable[[], Awaitable[None]], concurrency: int, rounds: int
+) -> tuple[list[float], float, int]:
+    """Run ``concurrency`` loops of ``rounds`` fan-outs; return overheads (ms), CPU, count."""
+    for _ in range(5):  # warm-up: connections, caches
+        await fan_out()
+    overheads: list[float] = []
+
+    async def loop() -> None:
+        for _ in range(rounds):
+            started = time.perf_counter()
+            await fan_out()
+            overheads.append((time.perf_counter() - started - SLEEP_S) * 1000)
+
+    cpu = time.process_time()
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    return overheads, time.process_time() - cpu, concurrency * rounds
+
+
+async def _fan_out(client: Any, targets: Sequence[Any], fields: Any) -> None:
+    """One fan-out through ``contribute_all``; every contributor must answer ok."""
+    from context_assembly.contributors import contribute_all
+
+    outcomes = await contribute_all(client, targets, fields, time.monotonic() + 5.0, 1 << 20)
+    bad = [o for o in outcomes if o.status != "ok"]
+    if bad:
+        raise RuntimeError(f"fan-out failed: {bad[0].status} {bad[0].cause}")
+
+
+async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
+    import httpx
+
+    from context_assembly.contributors import (
+        ContributorTarget,
+        PacketFields,
+        create_client,
+    )
+    from context_assembly.core.request import Message, Scope
+
+    targets = [
+        ContributorTarget(source=f"s{i}", url=f"http://127.0.0.1:{p}/contribute")
+        for i, p in enumerate(ports)
+    ]
+    fields = PacketFields(
+        preparation_id="prep_bench",
+        model="gpt-4o-mini",
+        input=[Message(role="user", content="hello")],
+        data_budget_tokens=2048,
+        scope=Scope(account_id="a"),
+        deadline_unix_ms=0,
+    )
+
+    clients: dict[str, Callable[[], httpx.AsyncClient]] = {
+        "httpx default transport": lambda: httpx.AsyncClient(
+            follow_redirects=False, trust_env=False
+        ),
+        "httpx-aiohttp (create_client)": create_client,
+    }
+
+    async def floor() -> None:
+        await asyncio.gather(*(asyncio.sleep(SLEEP_S) for _ in targets))
+
+    # Reference only: bare aiohttp with no httpx layer and no contribute_all (no deadline,
+    # signing or validation), to show what the httpx client layer itself costs.
+    import aiohttp
+    import orjson
+
+    session = aiohttp.ClientSession()
+    urls = [t.url for t in targets]
+
+    async def bare_aiohttp() -> None:
+        async def post(url: str) -> None:
+            async with session.post(url, data=b'{"type":"contribute"}') as response:
+                orjson.loads(await response.read())
+
+        await asyncio.gather(*(post(u) for u in urls))
+
+    print(
+        f"{'client':32} {'c':>3} {'p50 ms':>8} {'p99 ms':>8} {'fan-outs/s':>11} {'CPU ms/fan-out':>15}"
+    )
+    for concurrency, rounds in ((1, rounds_c1), (16, rounds_c16)):
+        runs: list[tuple[str, Callable[[], Awaitable[None]], httpx.AsyncClient | None]] = [
+            ("floor (8x sleep, no HTTP)", floor, None),
+            ("bare aiohttp (reference)", bare_aiohttp, None),
+        ]
+        for name, factory in clients.items():
+            shared = factory()
+            runs.append((name, functools.partial(_fan_out, shared, targets, fields), shared))
+        for name, fan_out, client in runs:
+            started = time.perf_counter()
+            overheads, cpu, count = await _measure(fan_out, concurrency, rounds)
+            wall = time.perf_counter() - started
+            print(
+                f"{name:32} {concurrency:>3} {statistics.median(overheads):>8.2f}"
+                f" {_percentile(overheads, 0.99):>8.2f} {count / wall:>11.1f}"
+                f" {cpu / count * 1000:>15.2f}",
+                flush=True,
+            )
+            if client is not None:
+                await client.aclose()
+    await session.close()
+
+
+def main() -> None:
+    """Start the contributor process, run the comparison, stop the process by PID."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds-c1", type=int, default=100)
+    parser.add_argument("--rounds-c16", type=int, default=12)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        try:
+            import uvloop
+
+            uvloop.run(_serve())
+        except ImportError:  # pragma: no cover
+            asyncio.run(_serve())
+        return
+
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        ports = json.loads(child.stdout.readline())
+        try:
+            import uvloop
+
+            runner: Callable[..., None] = uvloop.run
+            loop_name = "uvloop"
+        except ImportError:  # pragma: no cover
+            runner, loop_name = asyncio.run, "asyncio"
+        print(f"client loop: {loop_name}; {SERVERS} contributors (pid {child.pid}), 20 ms each")
+
+        async def bounded() -> None:
+            async with asyncio.timeout(55):
+                await _bench(ports, args.rounds_c1, args.rounds_c16)
+
+        runner(bounded())
+    finally:
+        with contextlib.suppress(Exception):
+            assert child.stdin is not None
+            child.stdin.close()
+        try:
+            child.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            os.kill(child.pid, 9)
+            child.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Fixtures for contributor tests: the real shared client, packet fields, a recording resolver."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from context_assembly.contributors import PacketFields, create_client
+from context_assembly.core.request import Message, Scope
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """The production client (aiohttp transport with pinning), closed after the test."""
+    async with create_client() as shared:
+        yield shared
+
+
+@pytest.fixture
+def fields() -> PacketFields:
+    """Packet fields of one preparation with a per-source limit for ``memory``."""
+    return PacketFields(
+        preparation_id="prep_test",
+        model="gpt-4o-mini",
+        input=[Message(role="user", content="what is due today?")],
+        data_budget_tokens=2048,
+        scope=Scope(account_id="acct_1", roles=["reader"]),
+        deadline_unix_ms=int(time.time() * 1000) + 1000,
+        source_token_limits={"memory": 512},
+    )

@@ -1,0 +1,265 @@
+"""Contributor calls against real loopback fault servers: deadline, faults, caps, pinning."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from doubles import SECRET, RecordingResolver
+from faults import FaultServer, closed_port
+from standardwebhooks import Webhook
+
+from context_assembly.contributors import (
+    PIN_EXTENSION,
+    TIMEOUT_HEADER,
+    ContributorOutcome,
+    ContributorTarget,
+    PacketFields,
+    UrlPolicy,
+    check_url,
+    contribute_all,
+    raise_for_failures,
+)
+from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
+
+CAP = 256 * 1024
+DEADLINE = 0.3  # seconds: the anchors' timeoutMs=300 scenarios
+SLACK = 0.1  # the issue's bound: elapsed within deadline + 100 ms
+
+
+@contextlib.asynccontextmanager
+async def servers(count: int, **behaviour: Any) -> AsyncIterator[list[FaultServer]]:
+    """Start ``count`` fault servers with one behaviour and stop them afterwards."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(FaultServer(**behaviour)) for _ in range(count)]
+
+
+async def fan_out(
+    client: httpx.AsyncClient,
+    fields: PacketFields,
+    targets: Sequence[ContributorTarget],
+    timeout: float = DEADLINE,
+) -> tuple[list[ContributorOutcome], float]:
+    """Run one fan-out and return its outcomes and wall time in seconds."""
+    started = time.monotonic()
+    outcomes = await contribute_all(client, targets, fields, started + timeout, CAP)
+    return outcomes, time.monotonic() - started
+
+
+def registered(server: FaultServer, source: str = "memory", **kw: Any) -> ContributorTarget:
+    """A registered target pointing at a fault server."""
+    return ContributorTarget(source=source, url=server.url, **kw)
+
+
+async def test_eight_contributors_answer_concurrently(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """Eight contributors answering after 100 ms finish in one fan-out in under 200 ms."""
+    async with servers(8, delay=0.1) as hooks:
+        targets = [registered(s, f"s{i}") for i, s in enumerate(hooks)]
+        outcomes, elapsed = await fan_out(client, fields, targets, timeout=1.0)
+    assert [o.status for o in outcomes] == ["ok"] * 8
+    assert [o.source for o in outcomes] == [f"s{i}" for i in range(8)]
+    assert all(o.revision == "r1" and o.blocks[0].id == "a" for o in outcomes)
+    assert elapsed < 0.2
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "phase"),
+    [
+        ("hang", "waiting for the response headers"),
+        ("slow_headers", "waiting for the response headers"),
+        ("drip", "reading the body"),
+    ],
+)
+async def test_hung_and_dripping_contributors_are_cut_at_the_deadline(
+    client: httpx.AsyncClient, fields: PacketFields, behaviour: Any, phase: str
+) -> None:
+    """A server that never answers, or drips headers or body bytes, is cut at the one deadline."""
+    async with FaultServer(behaviour, interval=0.05) as server:
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
+        assert outcomes[0].status == "timeout"
+        assert outcomes[0].cause == f"deadline reached while {phase}"
+        assert DEADLINE - 0.01 <= elapsed <= DEADLINE + SLACK
+        # The connection is closed at the deadline, not left to the server (bounded wait).
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+
+
+async def test_connection_reset_is_an_error(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """A contributor that resets the connection fails fast with an error, not a timeout."""
+    async with FaultServer("reset") as server:
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
+    assert outcomes[0].status == "error"
+    assert outcomes[0].cause in {"connection reset", "server closed the connection"}
+    assert elapsed < DEADLINE
+
+
+async def test_connection_refused_is_an_error(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """Nothing listening on the port is a fast connect-refused error."""
+    target = ContributorTarget(source="memory", url=f"http://127.0.0.1:{closed_port()}/c")
+    outcomes, elapsed = await fan_out(client, fields, [target])
+    assert (outcomes[0].status, outcomes[0].cause) == ("error", "connect refused")
+    assert elapsed < DEADLINE
+
+
+@pytest.mark.parametrize(("declare", "cause"), [(False, "body over the"), (True, "Content-Length")])
+async def test_oversize_bodies_are_cut_as_too_large(
+    client: httpx.AsyncClient, fields: PacketFields, declare: bool, cause: str
+) -> None:
+    """A 10 MiB body is too_large, chunked (cut while streaming) or with an honest Content-Length."""
+    async with FaultServer("oversize", declare=declare) as server:
+        outcomes, _ = await fan_out(client, fields, [registered(server)], timeout=2.0)
+        assert outcomes[0].status == "too_large"
+        assert outcomes[0].cause is not None and outcomes[0].cause.startswith(cause)
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+    assert server.bytes_sent < 10 * 1024 * 1024
+
+
+async def test_invalid_json_is_invalid(client: httpx.AsyncClient, fields: PacketFields) -> None:
+    """A 200 whose body is not JSON is invalid."""
+    async with FaultServer("invalid_json") as server:
+        outcomes, _ = await fan_out(client, fields, [registered(server)])
+    assert (outcomes[0].status, outcomes[0].cause) == ("invalid", "invalid JSON at char 1")
+
+
+async def test_redirect_to_a_private_address_is_not_followed(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """A 302 to http://10.0.0.1 is an error; exactly one request was made and nothing followed it."""
+    async with FaultServer("redirect", location="http://10.0.0.1/") as server:
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
+    assert (outcomes[0].status, outcomes[0].cause) == ("error", "HTTP 302 redirect (not followed)")
+    assert len(server.requests) == 1
+    assert elapsed < DEADLINE
+
+
+async def test_server_sees_the_deadline_header_and_a_valid_signature(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """On the wire the contributor gets the remaining ms (≤ the timeout) and a verifiable signature."""
+    async with FaultServer() as server:
+        await fan_out(client, fields, [registered(server, secret=SECRET)])
+    request = server.requests[0]
+    assert 1 <= int(request.headers[TIMEOUT_HEADER.lower()]) <= DEADLINE * 1000
+    assert request.headers["content-type"] == "application/json"
+    packet = Webhook(SECRET).verify(request.body, request.headers)
+    assert packet["type"] == "contribute" and packet["source"] == "memory"
+
+
+async def test_failure_policy_over_a_mixed_fan_out(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """Omit-policy failures stay in the outcomes; a fail-policy timeout raises 504 naming it."""
+    async with (
+        FaultServer() as good,
+        FaultServer("hang") as hung,
+        FaultServer("invalid_json") as bad,
+        FaultServer("hang") as optional_hung,
+    ):
+        targets = [
+            registered(good, "good"),
+            registered(hung, "hung"),
+            registered(bad, "bad", failure_policy="omit"),
+            registered(optional_hung, "optional", failure_policy="omit"),
+        ]
+        outcomes, elapsed = await fan_out(client, fields, targets)
+    assert [o.status for o in outcomes] == ["ok", "timeout", "invalid", "timeout"]
+    assert elapsed <= DEADLINE + SLACK
+    with pytest.raises(AssemblyTimeoutError) as info:
+        raise_for_failures(outcomes, targets)
+    assert info.value.extensions["sources"] == ["hung"]
+    # Making the invalid one required turns the failure into a 502 that keeps its cause.
+    strict = [*targets[:2], registered(bad, "bad"), targets[3]]
+    with pytest.raises(ContributorFailedError) as failed:
+        raise_for_failures(outcomes, strict)
+    assert failed.value.extensions["cause"] == "invalid JSON at char 1"
+
+
+async def test_a_late_answer_changes_nothing(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """An answer that arrives after the deadline is ignored: the settled outcomes stay as returned."""
+    baseline = set(asyncio.all_tasks())
+    async with FaultServer(delay=DEADLINE + 0.15) as server:
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
+        snapshot = list(outcomes)
+        assert outcomes[0].status == "timeout" and elapsed <= DEADLINE + SLACK
+        # No task of the fan-out outlives it: only the fault server's own handler may still run.
+        leftover = set(asyncio.all_tasks()) - baseline - {asyncio.current_task()}
+        assert all("_accept" in repr(t.get_coro()) for t in leftover)
+        await asyncio.wait_for(server.answered.wait(), timeout=2.0)  # the server answers late
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+    assert outcomes == snapshot
+    assert (
+        outcomes[0].status == "timeout"
+        and outcomes[0].revision is None
+        and outcomes[0].blocks == ()
+    )
+
+
+async def test_keep_alive_connections_are_reused(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """Consecutive fan-outs to one contributor reuse the pooled connection."""
+    async with FaultServer() as server:
+        for _ in range(3):
+            outcomes, _ = await fan_out(client, fields, [registered(server)])
+            assert outcomes[0].status == "ok"
+    assert len(server.requests) == 3
+    assert server.connections == 1
+
+
+async def test_inline_target_connects_only_to_its_pinned_address(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """An inline name is connected through the address checked once, never resolved again."""
+    async with FaultServer() as server:
+        host = "contributor.invalid"  # no real DNS can answer this name (RFC 6761)
+        resolver = RecordingResolver({host: ["127.0.0.1"]}, later={host: ["10.0.0.1"]})
+        policy = UrlPolicy(allow=[f"http://{host}:{server.port}/"], allow_private=True)
+        url = f"http://{host}:{server.port}/contribute"
+        checked = await check_url(url, policy, resolver, source="memory")
+        target = ContributorTarget(source="memory", url=url, kind="inline", checked=checked)
+        first, _ = await fan_out(client, fields, [target])
+        second, _ = await fan_out(client, fields, [target])
+    assert [first[0].status, second[0].status] == ["ok", "ok"]
+    assert resolver.calls == [(host, server.port)]
+    assert server.requests[0].headers["host"] == f"{host}:{server.port}"
+
+
+async def test_pinned_transport_refuses_a_url_that_does_not_match_its_pin(
+    client: httpx.AsyncClient,
+) -> None:
+    """A request whose URL differs from its pinned target never connects."""
+    async with FaultServer() as server:
+        policy = UrlPolicy(allow=[f"http://127.0.0.1:{server.port}/"], allow_private=True)
+        checked = await check_url(server.url, policy, source="memory")
+        with pytest.raises(httpx.UnsupportedProtocol, match="pinned target"):
+            await client.post(
+                f"http://localhost:{server.port}/contribute", extensions={PIN_EXTENSION: checked}
+            )
+        with pytest.raises(httpx.UnsupportedProtocol, match="CheckedTarget"):
+            await client.post(server.url, extensions={PIN_EXTENSION: "127.0.0.1"})
+    assert server.requests == []
+
+
+async def test_cancelling_the_fan_out_closes_the_contributor_connections(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """When the caller goes away mid-call, the outbound call is cancelled and its connection closed."""
+    async with FaultServer("hang") as server:
+        task = asyncio.ensure_future(fan_out(client, fields, [registered(server)], timeout=10.0))
+        await asyncio.wait_for(server.request_seen.wait(), timeout=2.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)

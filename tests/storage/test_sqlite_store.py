@@ -1,0 +1,149 @@
+"""SQLite-only behaviour: file settings, housekeeping, a busy database, lifecycle and versions."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import RecordFactory
+
+from context_assembly.errors import StoreUnavailableError
+from context_assembly.storage import open_store
+from context_assembly.storage.sqlite import SCHEMA_VERSION, SqliteStore, wal_multiprocess_safe
+
+OBS = {"provider": "openai", "call": "main", "provider_input_tokens": 10}
+
+
+async def test_file_is_in_wal_mode_with_the_current_schema(tmp_path: Path) -> None:
+    """Opening a fresh file switches it to WAL and stamps the schema version."""
+    path = tmp_path / "s.db"
+    store = await open_store("sqlite", path=path)
+    await store.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        conn.close()
+
+
+async def test_records_survive_reopening_the_file(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """What one store instance wrote, the next one opened on the same file reads back."""
+    path = tmp_path / "s.db"
+    record = make_record()
+    first = await open_store("sqlite", path=path)
+    await first.put(record)
+    await first.record_usage("acme", record.id, "r1", "last", OBS, now)
+    await first.aclose()
+    second = await open_store("sqlite", path=path)
+    try:
+        got = await second.get("acme", record.id, now)
+        assert got is not None and got.accounting.last == OBS and set(got.reports) == {"r1"}
+    finally:
+        await second.aclose()
+
+
+async def test_purge_deletes_expired_records_and_their_reports(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """``purge_expired`` counts and removes expired rows, reports included, and keeps live ones."""
+    path = tmp_path / "s.db"
+    store = await open_store("sqlite", path=path)
+    try:
+        expired, live = make_record(expires_at=now + 5), make_record()
+        await store.put(expired)
+        await store.put(live)
+        await store.record_usage("acme", expired.id, "r1", "last", OBS, now)
+        await store.record_usage("acme", live.id, "r1", "last", OBS, now)
+        assert await store.purge_expired(now + 5) == 1
+        assert await store.purge_expired(now + 5) == 0
+        assert await store.get("acme", live.id, now + 5) is not None
+    finally:
+        await store.aclose()
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT preparation_id FROM usage_reports").fetchall()
+        assert rows == [(live.id,)]
+    finally:
+        conn.close()
+
+
+async def test_busy_database_raises_store_unavailable(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """A writer held past the busy timeout surfaces as ``StoreUnavailableError``, not a hang."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=50)
+    record = make_record()
+    await store.put(record)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailableError):
+            await store.record_usage("acme", record.id, "r1", "last", OBS, now)
+        blocker.execute("ROLLBACK")
+        result = await store.record_usage("acme", record.id, "r1", "last", OBS, now)
+        assert result.status == "applied"
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+async def test_closed_store_refuses_work_and_closes_twice(tmp_path: Path, now: float) -> None:
+    """After ``aclose`` every call raises ``StoreUnavailableError``; closing again is harmless."""
+    store = await open_store("sqlite", path=tmp_path / "s.db")
+    await store.aclose()
+    await store.aclose()
+    with pytest.raises(StoreUnavailableError):
+        await store.get("acme", "prep_x", now)
+    with pytest.raises(StoreUnavailableError):
+        await store.ping()
+
+
+async def test_unopenable_path_raises_store_unavailable(tmp_path: Path) -> None:
+    """A path that cannot be a database file (a directory) fails with ``StoreUnavailableError``."""
+    with pytest.raises(StoreUnavailableError):
+        await open_store("sqlite", path=tmp_path)
+
+
+async def test_file_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    """The store does not write into a file stamped with a schema version it does not know."""
+    path = tmp_path / "s.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreUnavailableError, match="schema version"):
+        await open_store("sqlite", path=path)
+
+
+@pytest.mark.parametrize(
+    ("version", "safe"),
+    [
+        ((3, 40, 1), False),  # Debian 12 / our Python build
+        ((3, 44, 5), False),
+        ((3, 44, 6), True),  # backport
+        ((3, 45, 0), False),
+        ((3, 50, 6), False),
+        ((3, 50, 7), True),  # backport
+        ((3, 51, 1), False),  # pysqlite3-binary 0.5.4.post2
+        ((3, 51, 2), False),
+        ((3, 51, 3), True),  # the fix
+        ((3, 52, 1), True),
+    ],
+)
+def test_wal_reset_bug_versions(version: tuple[int, int, int], safe: bool) -> None:
+    """Only 3.51.3+ and the 3.50.7 / 3.44.6 backport lines count as safe for several writers."""
+    assert wal_multiprocess_safe(version) is safe
+
+
+async def test_open_store_checks_its_arguments() -> None:
+    """Each backend needs its location, and unknown backends are refused."""
+    with pytest.raises(ValueError, match="path"):
+        await open_store("sqlite")
+    with pytest.raises(ValueError, match="redis_url"):
+        await open_store("redis")
+    with pytest.raises(ValueError, match="unknown"):
+        await open_store("memory")  # type: ignore[arg-type]
