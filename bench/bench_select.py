@@ -2,8 +2,10 @@
 
 Warm: every block's count is already in the count cache (the next turn of a conversation).
 Cold: a fresh cache, so every block is tokenized (o200k_base) during selection.
-Prints medians and p90 of ``select()`` wall time, and the baseline of the same run: tokenizing
-the same texts once with raw tiktoken (what any exact selector must at least pay when cold).
+Prints medians and p90 of ``select()`` wall time (validation is timed on its own line), and the
+baseline of the same run: tokenizing the same texts once with raw tiktoken (what any exact
+selector must at least pay when cold; cold selection also counts every projection and, once, the
+whole rendered message, so it tokenizes about twice the text).
 Run: ``make bench`` or ``.venv/bin/python bench/bench_select.py``.
 """
 
@@ -92,6 +94,7 @@ def run(n: int, reps: int) -> None:
         xs = sorted(xs)
         return f"p50 {statistics.median(xs) * 1000:7.2f} ms  p90 {xs[int(len(xs) * 0.9) - 1] * 1000:7.2f} ms"
 
+    print(f"validate {n:5d} blocks (SPEC 5.1 rules, graph, cycles): {fmt(valid)}")
     print(f"select {n:5d} blocks  warm counts: {fmt(warm)}")
     print(f"select {n:5d} blocks  cold counts: {fmt(cold)}")
     print(

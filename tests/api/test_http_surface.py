@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
-from conftest import AppFactory, basic_request
+from api_support import AppFactory, basic_request
 
 from context_assembly.api.openapi_export import render
 

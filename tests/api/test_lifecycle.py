@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import httpx
 import orjson
-from conftest import KEYS, AppFactory, FakeWall, basic_request, neutral_frame
+from api_support import KEYS, AppFactory, FakeWall, basic_request, neutral_frame
 
 
 def _prepare(client: Any, body: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:

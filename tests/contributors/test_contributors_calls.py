@@ -20,6 +20,7 @@ from context_assembly.contributors import (
     ContributorTarget,
     PacketFields,
     contribute_all,
+    create_client,
     query_revision,
     raise_for_failures,
 )
@@ -28,6 +29,13 @@ from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 
 URL = "https://memory.example/contribute"
 CAP = 4096
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """The production client on httpx's send path (fast=False), which respx patches."""
+    async with create_client(fast=False) as shared:
+        yield shared
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Contributor, ServiceFactory
+from e2e_support import Contributor, ServiceFactory
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 

@@ -31,7 +31,7 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from context_assembly.contributors.client import PIN_EXTENSION
+from context_assembly.contributors.client import PIN_EXTENSION, fast_transport
 from context_assembly.contributors.signing import (
     CallType,
     sign_headers,
@@ -207,20 +207,23 @@ def _classify(exc: BaseException) -> tuple[Status, str]:
 
 
 def _check_head(response: httpx.Response, max_bytes: int) -> None:
-    code = response.status_code
+    _check_status_headers(response.status_code, response.headers, max_bytes)
+
+
+def _check_status_headers(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
     if 300 <= code < 400:
         raise _Failure("error", f"HTTP {code} redirect (not followed)")
     if not 200 <= code < 300:
         raise _Failure("error", f"HTTP {code}")
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    encoding = headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
         raise _Failure("invalid", "compressed body (content-encoding) not accepted")
-    content_type = response.headers.get("content-type")
+    content_type = headers.get("content-type")
     if content_type is not None:
         mime = content_type.split(";", 1)[0].strip().lower()
         if mime != "application/json" and not mime.endswith("+json"):
             raise _Failure("invalid", "content-type is not JSON")
-    length = response.headers.get("content-length")
+    length = headers.get("content-length")
     if length is not None and length.strip().isdigit() and int(length) > max_bytes:
         raise _Failure("too_large", f"Content-Length {int(length)} over the {max_bytes}-byte cap")
 
@@ -266,8 +269,31 @@ async def _exchange(
         url = target.checked.url
     phase = "waiting for the response headers"
     deadline = asyncio.timeout(remaining)
+    fast = fast_transport(client)
     try:
         async with deadline:
+            if fast is not None:
+                raw = await fast.post(url, body, headers, target.checked)
+                complete = False
+                try:
+                    phase = "reading the body"
+                    _check_status_headers(raw.status, raw.headers, max_response_bytes)
+                    buffer = bytearray()
+                    async for chunk in raw.content.iter_any():
+                        buffer += chunk
+                        if len(buffer) > max_response_bytes:
+                            raise _Failure(
+                                "too_large", f"body over the {max_response_bytes}-byte cap"
+                            )
+                    complete = True
+                finally:
+                    # A fully read answer returns its connection to the pool; anything else
+                    # (cap, deadline, bad status) closes it, so no half-read body is reused.
+                    if complete:
+                        raw.release()
+                    else:
+                        raw.close()
+                return settled("ok", data=bytes(buffer))
             request = client.build_request(
                 "POST",
                 url,

@@ -33,6 +33,7 @@ kept (a contributor must not be able to correlate requests of different tenants)
 from __future__ import annotations
 
 import socket
+import weakref
 import ssl
 from contextvars import ContextVar
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -103,7 +104,12 @@ def _session(
         use_dns_cache=not pinned,
     )
     return aiohttp.ClientSession(
-        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        headers=DEFAULT_HEADERS,
+        # Compressed answers are refused (the size cap is on wire bytes): never inflate one.
+        auto_decompress=False,
     )
 
 
@@ -141,6 +147,35 @@ class ContributorTransport(httpx.AsyncBaseTransport):
             _CURRENT_PIN.reset(token)
         return response
 
+    def session(self, pinned: bool) -> aiohttp.ClientSession:
+        """The aiohttp session of one pool (created on first use, inside the running loop)."""
+        transport = self._pinned if pinned else self._trusted
+        if not isinstance(transport.client, aiohttp.ClientSession):
+            transport.client = transport.get_client()
+        session: aiohttp.ClientSession = transport.client
+        return session
+
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], pin: CheckedTarget | None
+    ) -> aiohttp.ClientResponse:
+        """The fast path used by ``calls.py``: POST straight through aiohttp, same pools and pins.
+
+        httpx's client layer costs ~0.8 ms of CPU per request on our machines, eight times what
+        aiohttp needs (bench/bench_fanout.py); a fan-out of eight would spend its whole latency
+        budget there. The caller owns the returned response and must release it.
+        """
+        if pin is None:
+            return await self.session(False).post(
+                url, data=body, headers=headers, allow_redirects=False
+            )
+        token = _CURRENT_PIN.set(pin)
+        try:
+            return await self.session(True).post(
+                url, data=body, headers=headers, allow_redirects=False
+            )
+        finally:
+            _CURRENT_PIN.reset(token)
+
     async def aclose(self) -> None:
         """Close both pools."""
         await self._trusted.aclose()
@@ -153,13 +188,16 @@ def create_client(
     timeout: httpx.Timeout | None = None,
     ssl_context: ssl.SSLContext | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    fast: bool = True,
 ) -> httpx.AsyncClient:
     """The shared contributor client: aiohttp transport with pinning, no redirects, no cookies.
 
     ``timeout`` holds httpx's per-phase timeouts, a second line only (the deadline is enforced
     around each call by ``calls.py``). ``transport`` replaces the aiohttp transport (tests,
     benchmarks); inline URLs then lose pinning unless that transport honours
-    :data:`PIN_EXTENSION`. Call ``await client.aclose()`` at shutdown.
+    :data:`PIN_EXTENSION`. ``fast=False`` keeps every call on httpx's own send path (respx
+    mocks patch that path; the default fast path posts straight through the aiohttp pools, see
+    :meth:`ContributorTransport.post`). Call ``await client.aclose()`` at shutdown.
     """
     limits = limits or httpx.Limits(
         max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0
@@ -167,7 +205,7 @@ def create_client(
     if transport is None:
         ctx = ssl_context or httpx.create_ssl_context(trust_env=False)
         transport = ContributorTransport(limits=limits, ssl_context=ctx)
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         transport=transport,
         follow_redirects=False,
         trust_env=False,
@@ -176,6 +214,20 @@ def create_client(
         # A jar whose policy accepts no domain: responses can never set cookies.
         cookies=_no_cookies(),
     )
+    if fast and isinstance(transport, ContributorTransport):
+        _FAST[client] = transport
+    return client
+
+
+_FAST: weakref.WeakKeyDictionary[httpx.AsyncClient, ContributorTransport] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fast_transport(client: httpx.AsyncClient) -> ContributorTransport | None:
+    """The aiohttp transport under a client made by :func:`create_client` (``None`` otherwise,
+    e.g. a test client on respx or a mock transport, which then goes through httpx as usual)."""
+    return _FAST.get(client)
 
 
 def _no_cookies() -> CookieJar:

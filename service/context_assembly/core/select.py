@@ -31,7 +31,7 @@ summed to choose, one exact count confirms), the last choices are dropped, not r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -58,6 +58,10 @@ DATA_OPEN = '{"context_data":['
 DATA_CLOSE = "]}"
 DATA_ROLE = "user"
 
+# Block states during selection (index-based: the hot loop avoids dict lookups by id).
+_OPEN, _FULL, _PROJ, _OMIT = 0, 1, 2, 3
+_STATUS: tuple[Status, ...] = ("omitted", "selected", "projected", "omitted")
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -82,85 +86,106 @@ class Selection:
     trimmed: int  # optional choices dropped after the exact count
 
 
-def _piece(block_id: str, text: str, projected: bool) -> str:
-    if projected:
-        return orjson.dumps({"id": block_id, "projected": True, "text": text}).decode()
-    return orjson.dumps({"id": block_id, "text": text}).decode()
+def rank_key(node: Node) -> tuple[int, str]:
+    """The published total order: priority descending, then qualified id ascending."""
+    return (-node.block.priority, node.qid)
 
 
 def _source_open(source: str) -> str:
     return '{"source":' + orjson.dumps(source).decode() + ',"blocks":['
 
 
-@dataclass(slots=True)
-class _Costs:
-    full_piece: dict[str, str] = field(default_factory=dict)
-    proj_piece: dict[str, str] = field(default_factory=dict)
-    full: dict[str, int] = field(default_factory=dict)
-    proj: dict[str, int] = field(default_factory=dict)
-    wrapper: dict[str, int] = field(default_factory=dict)
-    message: int = 0
+class _Plan:
+    """Blocks in rank order with their costs, as parallel arrays indexed by rank."""
 
+    __slots__ = (
+        "deps",
+        "full",
+        "full_piece",
+        "message",
+        "nodes",
+        "proj",
+        "proj_piece",
+        "qids",
+        "source_names",
+        "src",
+        "wrapper",
+    )
 
-def _cost(
-    graph: Mapping[str, Node], counter: TokenCounter, profile: ModelProfile, sources: Sequence[str]
-) -> _Costs:
-    """Per-block and per-wrapper token estimates; each separator comma is charged one token."""
-    costs = _Costs()
-    count = counter.count
-    close = count(DATA_CLOSE)
-    costs.message = profile.tokens_per_message + count(DATA_ROLE) + count(DATA_OPEN) + close
-    for source in sources:
-        costs.wrapper[source] = count(_source_open(source)) + close + 1
-    for qid, node in graph.items():
-        block = node.block
-        piece = _piece(block.id, block.text, False)
-        costs.full_piece[qid] = piece
-        costs.full[qid] = count(piece) + 1
-        if block.projection is not None:
-            ppiece = _piece(block.id, block.projection, True)
-            costs.proj_piece[qid] = ppiece
-            costs.proj[qid] = count(ppiece) + 1
-    return costs
-
-
-def rank_key(node: Node) -> tuple[int, str]:
-    """The published total order: priority descending, then qualified id ascending."""
-    return (-node.block.priority, node.qid)
+    def __init__(
+        self,
+        graph: Mapping[str, Node],
+        counter: TokenCounter,
+        profile: ModelProfile,
+        sources: Sequence[str],
+    ) -> None:
+        count = counter.count
+        dumps = orjson.dumps
+        close = count(DATA_CLOSE)
+        self.message = profile.tokens_per_message + count(DATA_ROLE) + count(DATA_OPEN) + close
+        self.source_names = list(sources)
+        source_index = {name: i for i, name in enumerate(self.source_names)}
+        # Each separator comma is charged one token: the per-block sums stay an upper bound in
+        # practice, and the one exact count of the rendered message confirms.
+        self.wrapper = [count(_source_open(name)) + close + 1 for name in self.source_names]
+        self.nodes = sorted(graph.values(), key=rank_key)
+        self.qids = [node.qid for node in self.nodes]
+        index = {qid: i for i, qid in enumerate(self.qids)}
+        self.src: list[int] = []
+        self.deps: list[tuple[int, ...]] = []
+        self.full: list[int] = []
+        self.proj: list[int] = []
+        self.full_piece: list[str] = []
+        self.proj_piece: list[str | None] = []
+        for node in self.nodes:
+            block = node.block
+            self.src.append(source_index[node.source])
+            self.deps.append(tuple(index[d] for d in node.deps if d in index))
+            piece = dumps({"id": block.id, "text": block.text}).decode()
+            self.full_piece.append(piece)
+            self.full.append(count(piece) + 1)
+            if block.projection is None:
+                self.proj_piece.append(None)
+                self.proj.append(-1)
+            else:
+                ppiece = dumps(
+                    {"id": block.id, "projected": True, "text": block.projection}
+                ).decode()
+                self.proj_piece.append(ppiece)
+                self.proj.append(count(ppiece) + 1)
 
 
 def _availability(
     graph: Mapping[str, Node], now: datetime, failed_sources: frozenset[str]
 ) -> dict[str, Reason]:
-    """Optional blocks that cannot enter: expired, or a dependency missing/expired/failed."""
+    """Blocks that cannot enter: expired, or a dependency missing, expired or failed (transitively).
+
+    One pass in dependency order (Kahn's algorithm; the graph is acyclic), so a block is decided
+    after all of its dependencies.
+    """
     reasons: dict[str, Reason] = {}
-
-    def missing_reason(dep: str) -> Reason:
-        return "source_failed" if dep.partition("/")[0] in failed_sources else "missing_dependency"
-
-    for qid, node in graph.items():
+    waiting = {qid: sum(1 for d in node.deps if d in graph) for qid, node in graph.items()}
+    ready = [qid for qid, n in waiting.items() if n == 0]
+    while ready:
+        qid = ready.pop()
+        node = graph[qid]
         if node.expires_at is not None and node.expires_at <= now:
             reasons[qid] = "expired"
-    # Propagate along dependents (the graph is acyclic); process in rank order for determinism.
-    pending = sorted(graph)
-    changed = True
-    while changed:
-        changed = False
-        for qid in pending:
-            if qid in reasons:
-                continue
-            for dep in graph[qid].deps:
+        else:
+            for dep in node.deps:
                 if dep not in graph:
-                    reasons[qid] = missing_reason(dep)
+                    failed = dep.partition("/")[0] in failed_sources
                 elif dep in reasons:
-                    dep_reason = reasons[dep]
-                    reasons[qid] = (
-                        "source_failed" if dep_reason == "source_failed" else "missing_dependency"
-                    )
+                    failed = reasons[dep] == "source_failed"
                 else:
                     continue
-                changed = True
-                break
+                reasons[qid] = "source_failed" if failed else "missing_dependency"
+                if not failed:
+                    break
+        for dependent in node.dependents:
+            waiting[dependent] -= 1
+            if waiting[dependent] == 0:
+                ready.append(dependent)
     return reasons
 
 
@@ -186,7 +211,7 @@ def _protected_closure(
                     block_ids=sorted({owner, qid}),
                     field="dependencies",
                 )
-            if node.expires_at is not None and unavailable.get(qid) == "expired":
+            if unavailable.get(qid) == "expired":
                 what = (
                     "protected block"
                     if qid == owner
@@ -200,76 +225,76 @@ def _protected_closure(
     return sorted(seen, key=lambda q: rank_key(graph[q]))
 
 
-@dataclass(slots=True)
-class _State:
-    """Mutable bookkeeping of one selection run."""
+class _Run:
+    """Mutable state of one selection run over a :class:`_Plan`."""
 
-    full: set[str] = field(default_factory=set)
-    projected: set[str] = field(default_factory=set)
-    used: int = 0
-    source_used: dict[str, int] = field(default_factory=dict)
+    __slots__ = ("any_on", "plan", "reason", "src_on", "src_used", "state", "used")
 
+    def __init__(self, plan: _Plan) -> None:
+        self.plan = plan
+        self.state = bytearray(len(plan.qids))
+        self.reason: list[Reason] = ["budget"] * len(plan.qids)
+        self.used = 0
+        self.src_used = [0] * len(plan.source_names)
+        self.src_on = [False] * len(plan.source_names)
+        self.any_on = False
 
-def _delta(
-    state: _State,
-    costs: _Costs,
-    graph: Mapping[str, Node],
-    adds_full: Sequence[str],
-    block: str | None,
-    projected: bool,
-) -> tuple[int, dict[str, int]]:
-    """Extra global and per-source tokens of adding ``adds_full`` (full) and ``block``."""
-    per_source: dict[str, int] = {}
-    for qid in adds_full:
-        src = graph[qid].source
-        extra = costs.full[qid] - (costs.proj[qid] if qid in state.projected else 0)
-        per_source[src] = per_source.get(src, 0) + extra
-    if block is not None:
-        src = graph[block].source
-        per_source[src] = per_source.get(src, 0) + (
-            costs.proj[block] if projected else costs.full[block]
-        )
-    total = 0
-    for src, extra in per_source.items():
-        if src not in state.source_used:
-            extra += costs.wrapper[src]
-            per_source[src] = extra
-        total += extra
-    if not state.source_used and per_source:
-        total += costs.message
-    return total, per_source
+    def needed(self, i: int) -> list[int]:
+        """The not-yet-full part of block i's closure, in rank order (i excluded).
 
+        The walk stops at blocks already selected in full: their closure is full by the invariant.
+        """
+        state = self.state
+        stack = [d for d in self.plan.deps[i] if state[d] != _FULL]
+        if not stack:
+            return []
+        deps = self.plan.deps
+        seen: set[int] = set()
+        while stack:
+            x = stack.pop()
+            if x in seen or state[x] == _FULL:
+                continue
+            seen.add(x)
+            stack.extend(deps[x])
+        return sorted(seen)
 
-def _fits(
-    state: _State,
-    total: int,
-    per_source: Mapping[str, int],
-    data_limit: int,
-    source_limits: Mapping[str, int],
-) -> tuple[bool, bool]:
-    """(fits globally, fits every touched source limit)."""
-    global_ok = state.used + total <= data_limit
-    sources_ok = all(
-        state.source_used.get(src, 0) + extra <= source_limits[src]
-        for src, extra in per_source.items()
-        if src in source_limits
-    )
-    return global_ok, sources_ok
+    def delta(
+        self, needed: Sequence[int], i: int | None, projected: bool
+    ) -> tuple[int, dict[int, int]]:
+        """Extra global and per-source tokens of adding ``needed`` (full) and block ``i``."""
+        plan, state = self.plan, self.state
+        per: dict[int, int] = {}
+        for x in needed:
+            s = plan.src[x]
+            extra = plan.full[x] - (plan.proj[x] if state[x] == _PROJ else 0)
+            per[s] = per.get(s, 0) + extra
+        if i is not None:
+            s = plan.src[i]
+            per[s] = per.get(s, 0) + (plan.proj[i] if projected else plan.full[i])
+        total = 0
+        for s in per:
+            if not self.src_on[s]:
+                per[s] += plan.wrapper[s]
+            total += per[s]
+        if not self.any_on and per:
+            total += plan.message
+        return total, per
 
-
-def _apply(state: _State, total: int, per_source: Mapping[str, int]) -> None:
-    state.used += total
-    for src, extra in per_source.items():
-        state.source_used[src] = state.source_used.get(src, 0) + extra
+    def apply(self, total: int, per: Mapping[int, int]) -> None:
+        self.used += total
+        for s, extra in per.items():
+            self.src_used[s] += extra
+            self.src_on[s] = True
+        if per:
+            self.any_on = True
 
 
 @dataclass(slots=True)
 class _Choice:
-    block: str
-    projected: bool
-    added: list[str]  # newly entered dependencies (full), in rank order
-    upgraded: list[str]  # previously projected blocks made full
-    prior: dict[str, Decision]  # decisions overwritten by this choice
+    block: int
+    added: list[int]  # newly entered dependencies (full), in rank order
+    upgraded: list[int]  # previously projected blocks made full
+    prior: dict[int, tuple[int, Reason]]  # (state, reason) overwritten by this choice
 
 
 def protected_demand(
@@ -284,10 +309,13 @@ def protected_demand(
 
     The engine uses it to decide whether opt-in history compaction must run before selection.
     """
-    costs = _cost(graph, counter, profile, sources)
+    if not any(node.block.protected for node in graph.values()):
+        return 0
+    plan = _Plan(graph, counter, profile, sources)
     unavailable = _availability(graph, now, failed_sources)
     protected = _protected_closure(graph, unavailable, failed_sources)
-    total, _ = _delta(_State(), costs, graph, protected, None, False)
+    index = {qid: i for i, qid in enumerate(plan.qids)}
+    total, _ = _Run(plan).delta([index[q] for q in protected], None, False)
     return total
 
 
@@ -321,26 +349,19 @@ def select(
         AssemblyOverflowError: the protected closure exceeds ``max_data_tokens`` or a source limit.
         ContextOverflowError: the protected closure fits the data budget but not the window left.
     """
-    costs = _cost(graph, counter, profile, sources)
+    plan = _Plan(graph, counter, profile, sources)
     unavailable = _availability(graph, now, failed_sources)
-    protected = _protected_closure(graph, unavailable, failed_sources)
-    decisions: dict[str, Decision] = {}
-    state = _State()
-
-    def decide(qid: str, status: Status, reason: Reason) -> None:
-        full = costs.full[qid]
-        proj = costs.proj.get(qid)
-        tokens = full if status == "selected" else (proj or 0) if status == "projected" else 0
-        decisions[qid] = Decision(status, reason, tokens, full, proj)
+    protected_qids = _protected_closure(graph, unavailable, failed_sources)
+    index = {qid: i for i, qid in enumerate(plan.qids)}
+    limits = [source_limits.get(name, -1) for name in plan.source_names]
+    run = _Run(plan)
+    state, reason = run.state, run.reason
+    protected = [index[q] for q in protected_qids]
+    roots = sorted(q for q in protected_qids if graph[q].block.protected)
 
     if protected:
-        total, per_source = _delta(state, costs, graph, protected, None, False)
-        over = [
-            src
-            for src, extra in sorted(per_source.items())
-            if src in source_limits and extra > source_limits[src]
-        ]
-        roots = sorted(q for q in protected if graph[q].block.protected)
+        total, per = run.delta(protected, None, False)
+        over = sorted(plan.source_names[s] for s, extra in per.items() if 0 <= limits[s] < extra)
         if total > max_data_tokens or over:
             where = (
                 f"source limit of {', '.join(over)}"
@@ -361,153 +382,150 @@ def select(
                 needed_tokens=total,
                 data_limit_tokens=data_limit,
             )
-        _apply(state, total, per_source)
-        for qid in protected:
-            state.full.add(qid)
-            decide(qid, "selected", "protected" if graph[qid].block.protected else "dependency")
+        run.apply(total, per)
+        for i in protected:
+            state[i] = _FULL
+            reason[i] = "protected" if plan.nodes[i].block.protected else "dependency"
 
-    order: list[str] = list(protected)
+    order: list[int] = list(protected)
     choices: list[_Choice] = []
-    optional = sorted((n for n in graph.values() if n.qid not in decisions), key=rank_key)
-    for node in optional:
-        qid = node.qid
-        if qid in decisions and decisions[qid].status != "omitted":
+    full, proj, src, wrapper, message = plan.full, plan.proj, plan.src, plan.wrapper, plan.message
+    for i, qid in enumerate(plan.qids):
+        if state[i] != _OPEN:
             continue
-        if qid in unavailable:
-            decide(qid, "omitted", unavailable[qid])
+        why = unavailable.get(qid)
+        if why is not None:
+            state[i] = _OMIT
+            reason[i] = why
             continue
-        if qid in decisions:  # omitted earlier for budget: it only re-enters as a dependency
+        needed = run.needed(i)
+        if not needed:
+            # Fast path, the common case: nothing to add but the block itself.
+            s = src[i]
+            base = (0 if run.src_on[s] else wrapper[s]) + (0 if run.any_on else message)
+            limit = limits[s]
+            admitted = False
+            for view, cost in ((_FULL, full[i]), (_PROJ, proj[i])):
+                if cost < 0:
+                    break
+                extra = base + cost
+                global_ok = run.used + extra <= data_limit
+                source_ok = limit < 0 or run.src_used[s] + extra <= limit
+                if global_ok and source_ok:
+                    run.apply(extra, {s: extra})
+                    state[i] = view
+                    reason[i] = "fits" if view == _FULL else "projection_fits"
+                    choices.append(_Choice(i, [], [], {}))
+                    order.append(i)
+                    admitted = True
+                    break
+                reason[i] = "source_budget" if global_ok else "budget"
+            if not admitted:
+                state[i] = _OMIT
             continue
-        needed = _needed(graph, state, node)
-        reason: Reason = "budget"
         admitted = False
-        for projected in (False, True):
-            if projected and qid not in costs.proj:
+        for view in (_FULL, _PROJ):
+            if view == _PROJ and proj[i] < 0:
                 break
-            total, per_source = _delta(state, costs, graph, needed, qid, projected)
-            global_ok, sources_ok = _fits(state, total, per_source, data_limit, source_limits)
+            total, per = run.delta(needed, i, view == _PROJ)
+            global_ok = run.used + total <= data_limit
+            sources_ok = all(
+                limits[s] < 0 or run.src_used[s] + extra <= limits[s] for s, extra in per.items()
+            )
             if global_ok and sources_ok:
-                choice = _Choice(qid, projected, [], [], {})
+                choice = _Choice(i, [], [], {})
                 for dep in needed:
-                    if dep in decisions:
-                        choice.prior[dep] = decisions[dep]
-                    if dep in state.projected:
-                        state.projected.discard(dep)
+                    if state[dep] != _OPEN:
+                        choice.prior[dep] = (state[dep], reason[dep])
+                    if state[dep] == _PROJ:
                         choice.upgraded.append(dep)
                     else:
                         choice.added.append(dep)
-                    state.full.add(dep)
-                    decide(dep, "selected", "dependency")
-                if projected:
-                    state.projected.add(qid)
-                    decide(qid, "projected", "projection_fits")
-                else:
-                    state.full.add(qid)
-                    decide(qid, "selected", "fits")
-                _apply(state, total, per_source)
+                    state[dep] = _FULL
+                    reason[dep] = "dependency"
+                state[i] = view
+                reason[i] = "fits" if view == _FULL else "projection_fits"
+                run.apply(total, per)
                 choices.append(choice)
                 order.extend(choice.added)
-                order.append(qid)
+                order.append(i)
                 admitted = True
                 break
-            reason = "source_budget" if global_ok and not sources_ok else "budget"
+            reason[i] = "source_budget" if global_ok and not sources_ok else "budget"
         if not admitted:
-            decide(qid, "omitted", reason)
+            state[i] = _OMIT
 
-    content, data_tokens, source_tokens = _render(
-        graph, costs, sources, order, state, counter, profile
-    )
+    content, data_tokens, source_tokens = _render(plan, order, state, counter, profile)
     trimmed = 0
     while True:
         over_sources = [
-            s for s, t in source_tokens.items() if s in source_limits and t > source_limits[s]
+            name
+            for name, tokens in source_tokens.items()
+            if name in source_limits and tokens > source_limits[name]
         ]
         if data_tokens <= data_limit and not over_sources:
             break
         if not choices:
-            roots = sorted(q for q in protected if graph[q].block.protected)
             raise AssemblyOverflowError(
                 f"protected data counts {data_tokens} tokens exactly, over the data limit "
                 f"{data_limit} or a source limit",
                 block_ids=roots,
                 needed_tokens=data_tokens,
             )
-        choice = choices.pop()
         trimmed += 1
-        why: Reason = "source_budget" if over_sources and data_tokens <= data_limit else "budget"
-        _undo(choice, state, decisions, order, why)
-        content, data_tokens, source_tokens = _render(
-            graph, costs, sources, order, state, counter, profile
+        trim_reason: Reason = (
+            "source_budget" if over_sources and data_tokens <= data_limit else "budget"
         )
-    return Selection(decisions, tuple(order), content, data_tokens, source_tokens, trimmed)
+        _undo(choices.pop(), run, order, trim_reason)
+        content, data_tokens, source_tokens = _render(plan, order, state, counter, profile)
 
-
-def _needed(graph: Mapping[str, Node], state: _State, node: Node) -> list[str]:
-    """The not-yet-full part of ``node``'s dependency closure, in rank order (node excluded).
-
-    The walk stops at blocks already selected in full: their closure is full by the invariant.
-    """
-    seen: set[str] = set()
-    stack = list(node.deps)
-    while stack:
-        qid = stack.pop()
-        if qid in seen or qid in state.full:
-            continue
-        seen.add(qid)
-        stack.extend(graph[qid].deps)
-    return sorted(seen, key=lambda q: rank_key(graph[q]))
-
-
-def _undo(
-    choice: _Choice, state: _State, decisions: dict[str, Decision], order: list[str], why: Reason
-) -> None:
-    """Revert one choice: its block is omitted, its dependencies go back to what they were."""
-    qid = choice.block
-    state.full.discard(qid)
-    state.projected.discard(qid)
-    order.remove(qid)
-    prior_omitted = decisions[qid]
-    decisions[qid] = Decision(
-        "omitted", why, 0, prior_omitted.full_tokens, prior_omitted.projection_tokens
+    decisions: dict[str, Decision] = {}
+    for i, qid in enumerate(plan.qids):
+        view = state[i]
+        proj_tokens = proj[i] if proj[i] >= 0 else None
+        tokens = full[i] if view == _FULL else (proj[i] if view == _PROJ else 0)
+        decisions[qid] = Decision(_STATUS[view], reason[i], tokens, full[i], proj_tokens)
+    return Selection(
+        decisions, tuple(plan.qids[i] for i in order), content, data_tokens, source_tokens, trimmed
     )
+
+
+def _undo(choice: _Choice, run: _Run, order: list[int], why: Reason) -> None:
+    """Revert one choice: its block is omitted, its dependencies go back to what they were."""
+    state, reason = run.state, run.reason
+    state[choice.block] = _OMIT
+    reason[choice.block] = why
+    order.remove(choice.block)
     for dep in choice.upgraded:
-        state.full.discard(dep)
-        state.projected.add(dep)
-        decisions[dep] = choice.prior[dep]
+        state[dep], reason[dep] = choice.prior[dep]
     for dep in choice.added:
-        state.full.discard(dep)
         order.remove(dep)
-        previous = choice.prior.get(dep)
-        current = decisions[dep]
-        decisions[dep] = previous or Decision(
-            "omitted", why, 0, current.full_tokens, current.projection_tokens
-        )
+        state[dep], reason[dep] = choice.prior.get(dep, (_OMIT, why))
 
 
 def _render(
-    graph: Mapping[str, Node],
-    costs: _Costs,
-    sources: Sequence[str],
-    order: Sequence[str],
-    state: _State,
+    plan: _Plan,
+    order: Sequence[int],
+    state: bytearray,
     counter: TokenCounter,
     profile: ModelProfile,
 ) -> tuple[str | None, int, dict[str, int]]:
     """The data message content, its exact token count and each source segment's exact count."""
-    by_source: dict[str, list[str]] = {}
-    for qid in order:
-        piece = costs.proj_piece[qid] if qid in state.projected else costs.full_piece[qid]
-        by_source.setdefault(graph[qid].source, []).append(piece)
+    by_source: dict[int, list[str]] = {}
+    for i in order:
+        piece = plan.proj_piece[i] if state[i] == _PROJ else plan.full_piece[i]
+        assert piece is not None
+        by_source.setdefault(plan.src[i], []).append(piece)
     if not by_source:
         return None, 0, {}
     segments: list[str] = []
     source_tokens: dict[str, int] = {}
-    for source in sources:
-        pieces = by_source.get(source)
+    for s, name in enumerate(plan.source_names):
+        pieces = by_source.get(s)
         if not pieces:
             continue
-        segment = _source_open(source) + ",".join(pieces) + DATA_CLOSE
+        segment = _source_open(name) + ",".join(pieces) + DATA_CLOSE
         segments.append(segment)
-        source_tokens[source] = counter.count(segment)
+        source_tokens[name] = counter.count(segment)
     content = DATA_OPEN + ",".join(segments) + DATA_CLOSE
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens

@@ -1,0 +1,142 @@
+"""End-to-end fixtures: real uvicorn processes for the service and a loopback contributor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    """Bounded polling: a process needs a moment to bind; give up loudly after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before becoming ready")
+        try:
+            if httpx.get(url, timeout=0.5).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready within {timeout} s")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+class Contributor:
+    def __init__(self, port: int, record_file: Path, state_dir: Path) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.record_file = record_file
+        self.state_dir = state_dir
+
+    def set_revision(self, source: str, value: str) -> None:
+        (self.state_dir / source).write_text(value)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+
+@pytest.fixture(scope="module")
+def contributor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contributor]:
+    port = free_port()
+    folder = tmp_path_factory.mktemp("contrib")
+    record = folder / "record.jsonl"
+    env = {
+        **os.environ,
+        "CONTRIBUTOR_RECORD_FILE": str(record),
+        "CONTRIBUTOR_STATE_DIR": str(folder),
+        "PYTHONPATH": str(HERE),
+    }
+    proc = subprocess.Popen(
+        [
+            str(BIN / "uvicorn"),
+            "contributor_app:app",
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+        ],
+        cwd=HERE,
+        env=env,
+    )
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/fail/404", proc)
+        yield Contributor(port, record, folder)
+    finally:
+        stop(proc)
+
+
+class Service:
+    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc = proc
+
+
+ServiceFactory = Callable[[str], Service]
+
+
+@pytest.fixture
+def service_factory(tmp_path: Path) -> Iterator[ServiceFactory]:
+    """Start ``context-assembly serve`` with a TOML config; every process is stopped afterwards."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(config_toml: str, *extra: str) -> Service:
+        port = free_port()
+        config = tmp_path / f"config-{port}.toml"
+        config.write_text(config_toml.replace("{db}", str(tmp_path / f"db-{port}.db")))
+        proc = subprocess.Popen(
+            [
+                str(BIN / "context-assembly"),
+                "serve",
+                "--port",
+                str(port),
+                "--config",
+                str(config),
+                *extra,
+            ],
+            cwd=tmp_path,
+            stderr=subprocess.DEVNULL,
+        )
+        procs.append(proc)
+        wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
+        return Service(port, proc)
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            stop(proc)
