@@ -33,8 +33,8 @@ kept (a contributor must not be able to correlate requests of different tenants)
 from __future__ import annotations
 
 import socket
-import weakref
 import ssl
+import weakref
 from contextvars import ContextVar
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 

@@ -92,7 +92,7 @@ def assemble(
                 policy.keep_last_messages,
                 demand - remaining,
             )
-        if dropped < 0 or remaining - _freed(history_counts, dropped) < demand:
+        if dropped < 0 or remaining + _freed(history_counts, dropped) < demand:
             raise _overflow(capacity, reserve, fixed, demand, policy.mode)
         history = history[dropped:]
         history_counts = history_counts[dropped:]
