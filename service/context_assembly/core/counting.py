@@ -34,6 +34,25 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
+class BlockCounter(Protocol):
+    """Optional fast path of a counter: a block's piece counts without building the pieces.
+
+    ``count_block(id, text, projection)`` must equal ``(count(block_piece(id, text, False)),
+    count(block_piece(id, projection, True)) if projection is not None else -1)``. A counter with a
+    cache answers it from the block's id and texts in one lookup, so a warm turn never serialises
+    the blocks that do not enter (``select`` builds pieces only for the blocks it renders).
+    """
+
+    def count_block(self, block_id: str, text: str, projection: str | None) -> tuple[int, int]: ...
+
+
+def block_piece(block_id: str, text: str, projected: bool) -> str:
+    """The compact JSON of one block in the data message (``projected`` marks a projection)."""
+    if projected:
+        return orjson.dumps({"id": block_id, "projected": True, "text": text}).decode()
+    return orjson.dumps({"id": block_id, "text": text}).decode()
+
+
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
     """Capacity and framing facts about one model (from the registry data file)."""

@@ -33,12 +33,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 
 from context_assembly.core.blocks import Node
-from context_assembly.core.counting import ModelProfile, TokenCounter, count_text_message
+from context_assembly.core.counting import (
+    ModelProfile,
+    TokenCounter,
+    block_piece,
+    count_text_message,
+)
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 
 Status = Literal["selected", "projected", "omitted"]
@@ -63,9 +68,12 @@ _OPEN, _FULL, _PROJ, _OMIT = 0, 1, 2, 3
 _STATUS: tuple[Status, ...] = ("omitted", "selected", "projected", "omitted")
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What happened to one block, and what it costs (estimated, in this data message)."""
+class Decision(NamedTuple):
+    """What happened to one block, and what it costs (estimated, in this data message).
+
+    A NamedTuple rather than a frozen dataclass: one is built per block on every request, and on
+    our machines a frozen dataclass costs twice as much to construct.
+    """
 
     status: Status
     reason: Reason
@@ -101,11 +109,9 @@ class _Plan:
     __slots__ = (
         "deps",
         "full",
-        "full_piece",
         "message",
         "nodes",
         "proj",
-        "proj_piece",
         "qids",
         "source_names",
         "src",
@@ -120,7 +126,6 @@ class _Plan:
         sources: Sequence[str],
     ) -> None:
         count = counter.count
-        dumps = orjson.dumps
         close = count(DATA_CLOSE)
         self.message = profile.tokens_per_message + count(DATA_ROLE) + count(DATA_OPEN) + close
         self.source_names = list(sources)
@@ -135,24 +140,35 @@ class _Plan:
         self.deps: list[tuple[int, ...]] = []
         self.full: list[int] = []
         self.proj: list[int] = []
-        self.full_piece: list[str] = []
-        self.proj_piece: list[str | None] = []
+        # Counters with a block cache (tokens/counter.py) cost a block from its id and texts in
+        # one lookup; others count the serialised pieces. Pieces are built only when rendered.
+        count_block = getattr(counter, "count_block", None)
+        if count_block is None:
+
+            def count_block(block_id: str, text: str, projection: str | None) -> tuple[int, int]:
+                full = count(block_piece(block_id, text, False))
+                if projection is None:
+                    return full, -1
+                return full, count(block_piece(block_id, projection, True))
+
+        # Local aliases: this loop runs once per block on every request.
+        src_add, deps_add = self.src.append, self.deps.append
+        full_add, proj_add = self.full.append, self.proj.append
         for node in self.nodes:
             block = node.block
-            self.src.append(source_index[node.source])
-            self.deps.append(tuple(index[d] for d in node.deps if d in index))
-            piece = dumps({"id": block.id, "text": block.text}).decode()
-            self.full_piece.append(piece)
-            self.full.append(count(piece) + 1)
-            if block.projection is None:
-                self.proj_piece.append(None)
-                self.proj.append(-1)
-            else:
-                ppiece = dumps(
-                    {"id": block.id, "projected": True, "text": block.projection}
-                ).decode()
-                self.proj_piece.append(ppiece)
-                self.proj.append(count(ppiece) + 1)
+            src_add(source_index[node.source])
+            deps_add(tuple([index[d] for d in node.deps if d in index]) if node.deps else ())
+            full, proj = count_block(block.id, block.text, block.projection)
+            # Each separator comma is charged one token (see the wrapper comment above).
+            full_add(full + 1)
+            proj_add(-1 if proj < 0 else proj + 1)
+
+    def piece(self, i: int, projected: bool) -> str:
+        block = self.nodes[i].block
+        if projected:
+            assert block.projection is not None
+            return block_piece(block.id, block.projection, True)
+        return block_piece(block.id, block.text, False)
 
 
 def _availability(
@@ -398,6 +414,14 @@ def select(
             state[i] = _OMIT
             reason[i] = why
             continue
+        # Cheap exact reject: a choice costs at least the block's smallest view, so when even that
+        # is over the global room both views fail globally (reason "budget"), whatever the
+        # dependencies would add. Once the window is full this skips the closure walk entirely.
+        smallest = proj[i] if proj[i] >= 0 else full[i]
+        if run.used + smallest > data_limit:
+            state[i] = _OMIT
+            reason[i] = "budget"
+            continue
         needed = run.needed(i)
         if not needed:
             # Fast path, the common case: nothing to add but the block itself.
@@ -513,9 +537,7 @@ def _render(
     """The data message content, its exact token count and each source segment's exact count."""
     by_source: dict[int, list[str]] = {}
     for i in order:
-        piece = plan.proj_piece[i] if state[i] == _PROJ else plan.full_piece[i]
-        assert piece is not None
-        by_source.setdefault(plan.src[i], []).append(piece)
+        by_source.setdefault(plan.src[i], []).append(plan.piece(i, state[i] == _PROJ))
     if not by_source:
         return None, 0, {}
     segments: list[str] = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Final, NamedTuple
 
-from context_assembly.core.counting import TokenCounter, TokenizerName
+from context_assembly.core.counting import TokenCounter, TokenizerName, block_piece
 from context_assembly.tokens.encodings import EncodingName, get_encoding
 from context_assembly.tokens.estimate import EstimateCounter
 
@@ -58,7 +58,8 @@ class CacheInfo(NamedTuple):
     max_entries: int
 
 
-CacheKey = tuple[str, str] | tuple[str, int, int, int]
+CacheKey = tuple[str, str] | tuple[str, int, int, int] | tuple[str, str, int, int, int, int, int]
+CacheValue = int | tuple[int, int]  # a text's count, or a block's (full, projected) piece counts
 
 
 class CountCache:
@@ -86,8 +87,8 @@ class CountCache:
             raise ValueError(f"max_entries must be at least 2, got {max_entries}")
         self._max_entries = max_entries
         self._half = max_entries // 2
-        self._young: dict[CacheKey, int] = {}
-        self._old: dict[CacheKey, int] = {}
+        self._young: dict[CacheKey, CacheValue] = {}
+        self._old: dict[CacheKey, CacheValue] = {}
         self._hits = 0
         self._misses = 0
 
@@ -99,7 +100,7 @@ class CountCache:
             return (tokenizer, text)
         return (tokenizer, size, hash(text), hash(text[size // 3 :]))
 
-    def get(self, key: CacheKey) -> int | None:
+    def get(self, key: CacheKey) -> CacheValue | None:
         """The cached count (refreshed into the young generation); ``None`` on a miss."""
         count = self._young.get(key)
         if count is None:
@@ -111,11 +112,11 @@ class CountCache:
         self._hits += 1
         return count
 
-    def put(self, key: CacheKey, count: int) -> None:
+    def put(self, key: CacheKey, count: CacheValue) -> None:
         """Store a count; rotates the generations when the young one is full."""
         self._store(key, count)
 
-    def _store(self, key: CacheKey, count: int) -> None:
+    def _store(self, key: CacheKey, count: CacheValue) -> None:
         young = self._young
         young[key] = count
         if len(young) >= self._half:
@@ -159,13 +160,55 @@ class CachedCounter:
         return self._inner
 
     def count(self, text: str) -> int:
+        # CountCache.key and CountCache.get, inlined: this is the hot path of a warm selection.
         cache = self._cache
-        key = CountCache.key(self._name, text)
-        count = cache.get(key)
-        if count is None:
-            count = self._inner.count(text)
-            cache.put(key, count)
-        return count
+        size = len(text)
+        key: CacheKey = (
+            (self._name, text)
+            if size < SHORT_KEY_CHARS
+            else (self._name, size, hash(text), hash(text[size // 3 :]))
+        )
+        found = cache._young.get(key)
+        if found is None:
+            found = cache.get(key)
+            if found is None:
+                found = self._inner.count(text)
+                cache.put(key, found)
+        else:
+            cache._hits += 1
+        assert isinstance(found, int)  # text keys and block keys differ in shape, never collide
+        return found
+
+    def count_block(self, block_id: str, text: str, projection: str | None) -> tuple[int, int]:
+        """A block's piece counts (full, projected or -1), cached by its id and texts in one entry;
+        the pieces are serialised and counted only on a miss (``core.counting.BlockCounter``)."""
+        size = len(text)
+        key: CacheKey = (
+            self._name,
+            block_id,
+            size,
+            hash(text),
+            hash(text[size // 3 :]),
+            -1 if projection is None else len(projection),
+            0 if projection is None else hash(projection),
+        )
+        cache = self._cache
+        found = cache._young.get(key)
+        if found is None:
+            found = cache.get(key)
+            if found is None:
+                full = self._inner.count(block_piece(block_id, text, False))
+                proj = (
+                    -1
+                    if projection is None
+                    else self._inner.count(block_piece(block_id, projection, True))
+                )
+                found = (full, proj)
+                cache.put(key, found)
+        else:
+            cache._hits += 1
+        assert isinstance(found, tuple)
+        return found
 
     def cache_info(self) -> CacheInfo:
         """Hits, misses and size of the underlying cache (shared caches report shared totals)."""
