@@ -221,3 +221,27 @@ def test_estimated_models_count_with_the_estimator() -> None:
     )
     assert estimated.tokens == 3 + 4 + 11  # framing + "user" (4 bytes) + "hello world" (11 bytes)
     assert estimated.tokens >= 6
+
+
+def test_count_block_equals_counting_the_pieces_and_is_cached() -> None:
+    """count_block gives the exact counts of both JSON pieces, and a repeat costs no counting."""
+    from context_assembly.core.counting import block_piece
+
+    inner = RecordingCounter()
+    counter = CachedCounter(inner)
+    text = 'A "quoted" text with a newline\n and unicode é ' * 4
+    full, proj = counter.count_block("doc-1", text, "short view")
+    assert full == inner.count(block_piece("doc-1", text, False))
+    assert proj == inner.count(block_piece("doc-1", "short view", True))
+    calls = len(inner.calls)
+    assert counter.count_block("doc-1", text, "short view") == (full, proj)
+    assert len(inner.calls) == calls, "the second lookup is a cache hit"
+    assert counter.count_block("doc-1", text, None) == (full, -1)
+    before = len(inner.calls)
+    counter.count_block("doc-2", text, None)
+    assert len(inner.calls) == before + 1, "another id is another key"
+    exact = CachedCounter(TiktokenCounter("o200k_base"))
+    encoding = get_encoding("o200k_base")
+    f, p = exact.count_block("x", text, "view")
+    assert f == len(encoding.encode_ordinary(block_piece("x", text, False)))
+    assert p == len(encoding.encode_ordinary(block_piece("x", "view", True)))
