@@ -5,6 +5,8 @@ Labels carry source names, statuses and reasons only: never ids, text or tenants
 
 from __future__ import annotations
 
+from collections import Counter as Counter_
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from context_assembly.core.result import PrepareResponse
@@ -71,8 +73,10 @@ class Metrics:
         self, operation: str, seconds: float, response: PrepareResponse
     ) -> None:
         self.prepare_seconds.labels(operation).observe(seconds)
-        for block in response.selection.blocks:
-            self.decisions.labels(block.status, block.reason).inc()
+        tally = Counter_(f"{b.status}/{b.reason}" for b in response.selection.blocks)
+        for key, amount in tally.items():
+            status, reason = key.split("/")
+            self.decisions.labels(status, reason).inc(amount)
         for source in response.selection.sources:
             if source.kind == "webhook":
                 self.contributor_seconds.labels(source.source, source.status).observe(
