@@ -1,0 +1,160 @@
+"""Scale-out end to end: replicas sharing Redis, and the service through a Redis outage."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis as redis_lib
+from e2e_support import ServiceFactory, free_port, stop
+
+pytestmark = pytest.mark.e2e
+
+
+def redis_config(url: str, prefix: str) -> str:
+    return f'[store]\nbackend = "redis"\nredis_url = "{url}"\nkey_prefix = "{prefix}"\n'
+
+
+def prepare_body() -> dict[str, Any]:
+    return {
+        "model": "gpt-4o-mini",
+        "instructions": "Be exact.",
+        "plugins": [{"name": "memory"}],
+        "contributions": [
+            {
+                "source": "memory",
+                "revision": 1,
+                "blocks": [{"id": "a", "text": "fact a", "protected": True}],
+            }
+        ],
+        "input": [{"role": "user", "content": "hi"}],
+    }
+
+
+def test_two_replicas_share_preparations_and_survive_one_dying(
+    service_factory: ServiceFactory,
+) -> None:
+    """Prepare on A; validate, usage, breakdown and refresh on B; kill A and keep going on B."""
+    prefix = f"ca-e2e-{secrets.token_hex(4)}:"
+    config = redis_config("redis://127.0.0.1:6379/14", prefix)
+    cleanup = redis_lib.Redis.from_url("redis://127.0.0.1:6379/14")
+    try:
+        _replicas(service_factory, config)
+    finally:
+        for key in cleanup.scan_iter(f"{prefix}*"):
+            cleanup.delete(key)
+        cleanup.close()
+
+
+def _replicas(service_factory: ServiceFactory, config: str) -> None:
+    a = service_factory(config)
+    b = service_factory(config)
+    with httpx.Client(timeout=5) as client:
+        acknowledged = []
+        for _ in range(3):
+            prep = client.post(f"{a.base}/v1/prepare", json=prepare_body())
+            assert prep.status_code == 200, prep.text
+            acknowledged.append(prep.json())
+        first = acknowledged[0]
+        pid = first["preparation_id"]
+        frame = {"messages": first["frame"]["messages"], "tools": first["frame"]["tools"]}
+        assert (
+            client.post(
+                f"{b.base}/v1/preparations/{pid}/validate",
+                json={"model": "gpt-4o-mini", "frame": frame},
+            ).status_code
+            == 200
+        )
+        usage = {"report_id": "r1", "provider": "openai", "usage": {"prompt_tokens": 50}}
+        assert client.post(f"{b.base}/v1/preparations/{pid}/usage", json=usage).status_code == 200
+        assert "memory/a" in client.get(f"{b.base}/v1/preparations/{pid}/breakdown").text
+        stop(a.proc)  # replica A goes away; nothing it acknowledged may be lost
+        for prep in acknowledged:
+            view = client.get(f"{b.base}/v1/preparations/{prep['preparation_id']}")
+            assert view.status_code == 200
+            assert view.json()["fingerprint"] == prep["fingerprint"]
+        refreshed = client.post(f"{b.base}/v1/preparations/{pid}/refresh", json=prepare_body())
+        assert refreshed.status_code == 200 and refreshed.json()["attempt"] == 2
+        again = client.post(f"{b.base}/v1/preparations/{pid}/usage", json=usage)
+        assert again.json()["accounting"]["last"]["provider_input_tokens"] == 50
+        assert client.post(f"{b.base}/v1/preparations/{pid}/refresh", json=prepare_body()).json()[
+            "reasons"
+        ] == ["refresh_used"]
+
+
+def _start_redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
+    exe = shutil.which("redis-server")
+    assert exe is not None, (
+        "redis-server is needed for the outage test (.ci/ensure-redis installs it)"
+    )
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # bounded polling until it accepts connections
+        try:
+            import socket
+
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def test_redis_outage_gives_503_fast_and_recovers(
+    service_factory: ServiceFactory, tmp_path: Path
+) -> None:
+    """Redis stopped: /readyz and store calls answer 503 within 1 s; back within 2 s of its return."""
+    port = free_port()
+    redis = _start_redis(port, tmp_path)
+    try:
+        svc = service_factory(redis_config(f"redis://127.0.0.1:{port}/0", "ca-outage:"))
+        with httpx.Client(base_url=svc.base, timeout=5) as client:
+            assert client.get("/readyz").status_code == 200
+            pid = client.post("/v1/prepare", json=prepare_body()).json()["preparation_id"]
+            redis.terminate()
+            redis.wait(10)
+            for call in (
+                lambda: client.get("/readyz"),
+                lambda: client.post("/v1/prepare", json=prepare_body()),
+                lambda: client.get(f"/v1/preparations/{pid}"),
+            ):
+                started = time.perf_counter()
+                response = call()
+                elapsed = time.perf_counter() - started
+                assert response.status_code == 503, response.text
+                assert response.headers["content-type"] == "application/problem+json"
+                assert response.json()["code"] == "STORE_UNAVAILABLE"
+                assert elapsed < 1.0, f"answered after {elapsed:.2f} s"
+            redis = _start_redis(port, tmp_path)
+            back = time.monotonic()
+            while time.monotonic() - back < 2.0:  # bounded: recovery must happen within 2 s
+                if client.get("/readyz").status_code == 200:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("not ready within 2 s of Redis returning")
+            assert client.post("/v1/prepare", json=prepare_body()).status_code == 200
+    finally:
+        stop(redis)
