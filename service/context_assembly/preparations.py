@@ -66,6 +66,7 @@ from context_assembly.errors import (
     InvalidError,
     NotFoundError,
     StaleError,
+    UrlRejectedError,
 )
 from context_assembly.lifecycle import (
     AccountingReport,
@@ -144,6 +145,13 @@ class Preparations:
         self.url_policy = UrlPolicy(
             allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
         )
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Take reloaded settings (contributors, allowlist, limits) for the next calls."""
+        policy = UrlPolicy(
+            allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
+        )
+        self.settings, self.url_policy = settings, policy
 
     # ------------------------------------------------------------------ targets
 
@@ -375,12 +383,23 @@ class Preparations:
         deadline = self.clock.monotonic() + timeout
         scope = Scope.model_validate(record.data["scope"])
         reasons: list[str] = []
-        try:
-            targets = await self._targets(tenant, refs, deadline)
-        except (InvalidError, AssemblyTimeoutError) as err:
-            # A contributor removed from the configuration (or no longer allowed) since prepare.
-            del err
-            return [f"revision_unavailable:{ref.source}" for ref in refs]
+        pinned_urls: Mapping[str, str] = record.data.get("target_urls", {})
+        targets: list[ContributorTarget] = []
+        for ref in refs:
+            try:
+                if ref.endpoint is not None and ref.source in pinned_urls:
+                    conf = self.settings.contributors.get(ref.endpoint)
+                    secret = conf.secret.get_secret_value() if conf and conf.secret else None
+                    targets.append(
+                        ContributorTarget(
+                            source=ref.source, url=pinned_urls[ref.source], secret=secret
+                        )
+                    )
+                else:
+                    targets.extend(await self._targets(tenant, [ref], deadline))
+            except (InvalidError, AssemblyTimeoutError, UrlRejectedError):
+                # A contributor removed from the configuration (or no longer allowed) since prepare.
+                reasons.append(f"revision_unavailable:{ref.source}")
         answers = await asyncio.gather(
             *(
                 query_revision(

@@ -23,9 +23,10 @@ CONFIG_ENV = "CONTEXT_ASSEMBLY_CONFIG_FILE"
 
 def app_from_env() -> FastAPI:
     """The uvicorn factory used by every worker."""
-    settings = load_settings(os.environ.get(CONFIG_ENV) or None)
+    config = os.environ.get(CONFIG_ENV) or None
+    settings = load_settings(config)
     configure_logging(settings.server.log_level)
-    return create_app(settings)
+    return create_app(settings, config_path=config)
 
 
 def _settings(config: str | None, overrides: dict[str, object]) -> Settings:

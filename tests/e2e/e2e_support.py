@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 import pytest
@@ -101,9 +102,11 @@ def contributor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Contributo
 
 
 class Service:
-    def __init__(self, port: int, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, port: int, proc: subprocess.Popen[bytes], config: Path, log: Path) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.proc = proc
+        self.config = config
+        self.log = log  # the service's stderr: JSON log lines
 
 
 ServiceFactory = Callable[[str], Service]
@@ -113,11 +116,15 @@ ServiceFactory = Callable[[str], Service]
 def service_factory(tmp_path: Path) -> Iterator[ServiceFactory]:
     """Start ``context-assembly serve`` with a TOML config; every process is stopped afterwards."""
     procs: list[subprocess.Popen[bytes]] = []
+    handles: list[BinaryIO] = []
 
     def start(config_toml: str, *extra: str) -> Service:
         port = free_port()
         config = tmp_path / f"config-{port}.toml"
         config.write_text(config_toml.replace("{db}", str(tmp_path / f"db-{port}.db")))
+        log = tmp_path / f"service-{port}.log"
+        handle = log.open("wb")
+        handles.append(handle)
         proc = subprocess.Popen(
             [
                 str(BIN / "context-assembly"),
@@ -129,14 +136,16 @@ def service_factory(tmp_path: Path) -> Iterator[ServiceFactory]:
                 *extra,
             ],
             cwd=tmp_path,
-            stderr=subprocess.DEVNULL,
+            stderr=handle,
         )
         procs.append(proc)
         wait_ready(f"http://127.0.0.1:{port}/healthz", proc)
-        return Service(port, proc)
+        return Service(port, proc, config, log)
 
     try:
         yield start
     finally:
         for proc in procs:
             stop(proc)
+        for handle in handles:
+            handle.close()

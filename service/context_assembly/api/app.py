@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,6 +18,7 @@ from context_assembly import __version__
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import install_problem_handlers
+from context_assembly.api.reload import reload_settings
 from context_assembly.api.routes import ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import create_client
@@ -40,8 +44,13 @@ def create_app(
     client: httpx.AsyncClient | None = None,
     resolver: Resolver | None = None,
     clock: Clock | None = None,
+    config_path: str | None = None,
 ) -> FastAPI:
-    """Build the app. Injected ``store``/``client`` are used as given and not closed by the app."""
+    """Build the app. Injected ``store``/``client`` are used as given and not closed by the app.
+
+    With ``config_path`` (the TOML file the settings came from), ``SIGHUP`` and the admin call
+    reload that file (``api/reload.py``).
+    """
     metrics = Metrics()
     registry = ModelRegistry.load()
 
@@ -61,10 +70,15 @@ def create_app(
         app.state.preparations = Preparations(
             settings, the_store, the_client, registry, resolver=resolver, clock=clock
         )
+        loop = asyncio.get_running_loop()
+        if config_path is not None and threading.current_thread() is threading.main_thread():
+            loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)
         log.info("started", store=settings.store.backend, version=__version__)
         try:
             yield
         finally:
+            if config_path is not None and threading.current_thread() is threading.main_thread():
+                loop.remove_signal_handler(signal.SIGHUP)
             if own_client:
                 await the_client.aclose()
             if own_store:
@@ -82,10 +96,11 @@ def create_app(
     app.state.metrics = metrics
     app.state.registry = registry
     app.state.settings = settings
+    app.state.config_path = config_path
     install_problem_handlers(app)
     app.include_router(v1)
     app.include_router(ops)
-    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)
     app.add_middleware(RequestContext, metrics=metrics)
     return app
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -65,17 +66,22 @@ class BodyLimit:
     raised inside the app's own body read would be reported by FastAPI as a parsing error.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: Callable[[], int]) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self._max_bytes = max_bytes  # read per request: a configuration reload may change it
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in {"GET", "HEAD", "OPTIONS"}:
             await self.app(scope, receive, send)
             return
+        limit = self.max_bytes
         length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(scope, receive, send)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._refuse(scope, receive, send, limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -86,8 +92,8 @@ class BodyLimit:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(scope, receive, send, limit)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -99,10 +105,10 @@ class BodyLimit:
             send,
         )
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         err = PayloadTooLargeError(
-            f"request body is over the limit of {self.max_bytes} bytes (limits.max_body_bytes)",
-            max_body_bytes=self.max_bytes,
+            f"request body is over the limit of {limit} bytes (limits.max_body_bytes)",
+            max_body_bytes=limit,
         )
         await problem_response(err, scope.get("path"))(scope, receive, send)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from typing import Annotated, Any
 
@@ -12,9 +14,16 @@ from pydantic import BaseModel, ConfigDict
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.breakdown import render_html, render_text
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
+from context_assembly.api.reload import reload_settings
+from context_assembly.config import Settings
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import PrepareResponse
-from context_assembly.errors import StoreUnavailableError
+from context_assembly.errors import (
+    InvalidError,
+    NotFoundError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
 from context_assembly.lifecycle import (
     BudgetResponse,
     PreparationView,
@@ -224,6 +233,39 @@ async def models(request: Request) -> ModelList:
         for p in registry.all()
     ]
     return ModelList(models=items, fallback_context_window=FALLBACK_CAPACITY)
+
+
+class ReloadAnswer(BaseModel):
+    reloaded: bool
+    errors: list[dict[str, str]]
+
+
+@v1.post(
+    "/admin/reload",
+    response_model=ReloadAnswer,
+    responses=_problems(401, 404, 422),
+    name="reload_config",
+)
+async def reload_config(request: Request) -> ReloadAnswer:
+    """Reload the configuration file (keys, contributors, allowlist, limits); admin key required.
+
+    Answers 404 when no admin key is configured or the service runs without a config file; a
+    refused reload is 422 CONTEXT_ASSEMBLY_INVALID naming the fields, and changes nothing.
+    """
+    settings: Settings = request.app.state.settings
+    expected = settings.auth.admin_key_sha256
+    path = request.app.state.config_path
+    if expected is None or path is None:
+        raise NotFoundError("no such resource")
+    given = request.headers.get("x-admin-key", "")
+    if not hmac.compare_digest(hashlib.sha256(given.encode()).hexdigest(), expected.lower()):
+        raise UnauthenticatedError("a valid X-Admin-Key is required")
+    result = reload_settings(request.app, path)
+    if not result.reloaded:
+        raise InvalidError(
+            "the new configuration was refused; the running one is unchanged", errors=result.errors
+        )
+    return ReloadAnswer(reloaded=True, errors=[])
 
 
 class Health(BaseModel):

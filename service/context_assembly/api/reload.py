@@ -1,0 +1,69 @@
+"""Configuration reload without a restart: ``SIGHUP`` or ``POST /v1/admin/reload``.
+
+What reloads: API keys, registered contributors, the inline-URL allowlist and limits. What does
+not: ``[server]`` and ``[store]`` (a new bind or store needs a restart); a file that changes them
+is refused like an invalid one. A refused reload changes nothing: the running configuration
+stays, and one log line says why (field locations and messages only, never values, which could be
+secrets). Requests in flight finish with the configuration they started with; preparations made
+before a reload keep validating against the contributor URLs they used (the record keeps them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from fastapi import FastAPI
+from pydantic import ValidationError
+
+from context_assembly.api.auth import Authenticator
+from context_assembly.config import Settings, load_settings
+
+log = structlog.get_logger("context_assembly.reload")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    reloaded: bool
+    errors: list[dict[str, str]]
+
+
+def _errors(err: Exception) -> list[dict[str, str]]:
+    if isinstance(err, ValidationError):
+        return [
+            {"loc": ".".join(str(p) for p in e["loc"]) or "(file)", "msg": e["msg"]}
+            for e in err.errors(include_input=False, include_url=False)
+        ]
+    if isinstance(err, FileNotFoundError):
+        return [{"loc": "(file)", "msg": "configuration file not found"}]
+    # TOML syntax errors carry line/column in their message, never values of other keys.
+    return [{"loc": "(file)", "msg": f"{type(err).__name__}: {err}"[:300]}]
+
+
+def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
+    """Load ``path`` and, if valid and reloadable, swap it in; otherwise change nothing."""
+    current: Settings = app.state.settings
+    try:
+        new = load_settings(path)
+    except Exception as err:  # any failure to read or validate is a refusal, never a crash
+        result = ReloadResult(False, _errors(err))
+        log.warning("config_reload_refused", errors=result.errors)
+        return result
+    frozen = [name for name in ("server", "store") if getattr(new, name) != getattr(current, name)]
+    if frozen:
+        result = ReloadResult(
+            False, [{"loc": name, "msg": "changes here need a restart"} for name in frozen]
+        )
+        log.warning("config_reload_refused", errors=result.errors)
+        return result
+    app.state.auth = Authenticator(new.auth)
+    app.state.preparations.reconfigure(new)
+    app.state.settings = new
+    log.info(
+        "config_reloaded",
+        contributors=len(new.contributors),
+        keys=len(new.auth.keys),
+        inline_prefixes=len(new.inline_urls.allow),
+    )
+    return ReloadResult(True, [])
