@@ -36,9 +36,16 @@ def free_port() -> int:
         return port
 
 
-def start(cmd: list[str], port: int, ready_path: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, cwd=HERE, env={**os.environ, **(env or {})},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def start(
+    cmd: list[str], port: int, ready_path: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        cmd,
+        cwd=HERE,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -60,12 +67,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def inline_request() -> bytes:
     blocks = [
-        {"id": f"entry-{i}", "text": f"Entry {i}: the export job for account {i} finished; details follow. " * 2,
-         "priority": (i * 37) % 200 - 100, "dependencies": [f"memory/entry-{i - 1}"] if i % 5 else []}
+        {
+            "id": f"entry-{i}",
+            "text": f"Entry {i}: the export job for account {i} finished; details follow. " * 2,
+            "priority": (i * 37) % 200 - 100,
+            "dependencies": [f"memory/entry-{i - 1}"] if i % 5 else [],
+        }
         for i in range(128)
     ]
     body = {
-        "model": "gpt-4o-mini", "instructions": "Be exact.",
+        "model": "gpt-4o-mini",
+        "instructions": "Be exact.",
         "assembly": {"max_data_tokens": 8000, "layout": "stable-prefix"},
         "plugins": [{"name": "memory", "instructions": "Saved entries."}],
         "contributions": [{"source": "memory", "revision": 1, "blocks": blocks}],
@@ -76,13 +88,16 @@ def inline_request() -> bytes:
 
 def fanout_request(n: int) -> bytes:
     names = [f"c{i}" for i in range(n)]
-    return orjson.dumps({
-        "model": "gpt-4o-mini", "instructions": "Be exact.",
-        "assembly": {"max_data_tokens": 4000, "timeout_ms": 2000},
-        "plugins": [{"name": name} for name in names],
-        "contributors": [{"source": name, "endpoint": name} for name in names],
-        "input": [{"role": "user", "content": "What finished?"}],
-    })
+    return orjson.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "instructions": "Be exact.",
+            "assembly": {"max_data_tokens": 4000, "timeout_ms": 2000},
+            "plugins": [{"name": name} for name in names],
+            "contributors": [{"source": name, "endpoint": name} for name in names],
+            "input": [{"role": "user", "content": "What finished?"}],
+        }
+    )
 
 
 async def load(url: str, body: bytes, concurrency: int, total: int) -> tuple[list[float], int]:
@@ -97,7 +112,9 @@ async def load(url: str, body: bytes, concurrency: int, total: int) -> tuple[lis
             while remaining > 0:
                 remaining -= 1
                 started = time.perf_counter()
-                async with session.post(url, data=body, headers={"content-type": "application/json"}) as resp:
+                async with session.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                ) as resp:
                     await resp.read()
                     if resp.status != 200:
                         errors += 1
@@ -117,20 +134,69 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="ca-bench-"))
     try:
         contrib_port = free_port()
-        procs.append(start([str(BIN / "uvicorn"), "loopback_contributor:app", "--port", str(contrib_port),
-                            "--log-level", "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"],
-                           contrib_port, "/"))
+        procs.append(
+            start(
+                [
+                    str(BIN / "uvicorn"),
+                    "loopback_contributor:app",
+                    "--port",
+                    str(contrib_port),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                ],
+                contrib_port,
+                "/",
+            )
+        )
         svc_port = free_port()
         lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
         for i in range(8):
-            lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{contrib_port}/ok/20/c{i}"', ""]
+            lines += [
+                f"[contributors.c{i}]",
+                f'url = "http://127.0.0.1:{contrib_port}/ok/20/c{i}"',
+                "",
+            ]
         (folder / "bench.toml").write_text("\n".join(lines))
-        procs.append(start([str(BIN / "context-assembly"), "serve", "--port", str(svc_port), "--config",
-                            str(folder / "bench.toml")], svc_port, "/healthz"))
+        procs.append(
+            start(
+                [
+                    str(BIN / "context-assembly"),
+                    "serve",
+                    "--port",
+                    str(svc_port),
+                    "--config",
+                    str(folder / "bench.toml"),
+                ],
+                svc_port,
+                "/healthz",
+            )
+        )
         echo_port = free_port()
-        procs.append(start([str(BIN / "uvicorn"), "echo_app:app", "--port", str(echo_port), "--log-level", "warning",
-                            "--no-access-log", "--loop", "uvloop", "--http", "httptools"], echo_port, "/",
-                           env={"PYTHONPATH": str(HERE)}))
+        procs.append(
+            start(
+                [
+                    str(BIN / "uvicorn"),
+                    "echo_app:app",
+                    "--port",
+                    str(echo_port),
+                    "--log-level",
+                    "warning",
+                    "--no-access-log",
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                ],
+                echo_port,
+                "/",
+                env={"PYTHONPATH": str(HERE)},
+            )
+        )
         svc = f"http://127.0.0.1:{svc_port}/v1/prepare"
         echo = f"http://127.0.0.1:{echo_port}/v1/prepare"
 
@@ -142,16 +208,20 @@ def main() -> None:
         for _ in range(5):  # interleaved rounds
             prep += asyncio.run(load(svc, body, 1, 100))[0]
             base += asyncio.run(load(echo, body, 1, 100))[0]
-        print(f"  prepare      p50 {pct(prep, .5):6.2f} ms  p99 {pct(prep, .99):6.2f} ms")
-        print(f"  FastAPI echo p50 {pct(base, .5):6.2f} ms  p99 {pct(base, .99):6.2f} ms")
-        print(f"  ratio prepare/echo at p50: {statistics.median(prep) / statistics.median(base):.2f}x (target <= 1.5x)")
+        print(f"  prepare      p50 {pct(prep, 0.5):6.2f} ms  p99 {pct(prep, 0.99):6.2f} ms")
+        print(f"  FastAPI echo p50 {pct(base, 0.5):6.2f} ms  p99 {pct(base, 0.99):6.2f} ms")
+        print(
+            f"  ratio prepare/echo at p50: {statistics.median(prep) / statistics.median(base):.2f}x (target <= 1.5x)"
+        )
 
         fan = fanout_request(8)
         print("fan-out prepare: 8 contributors answering in 20 ms")
         asyncio.run(load(svc, fan, 4, 40))
         for concurrency, total in ((1, 200), (16, 800)):
             lat, errors = asyncio.run(load(svc, fan, concurrency, total))
-            print(f"  c={concurrency:<3d} n={total}  p50 {pct(lat, .5):6.2f} ms  p99 {pct(lat, .99):6.2f} ms  errors {errors}")
+            print(
+                f"  c={concurrency:<3d} n={total}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+            )
     finally:
         for proc in procs:
             stop(proc)

@@ -21,10 +21,21 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     while more:
         message = await receive()
         more = message.get("more_body", False)
-    _, kind, delay, source = scope["path"].split("/")[:4]
+    _, _kind, delay, source = scope["path"].split("/")[:4]
     await asyncio.sleep(int(delay) / 1000)
-    blocks = [{"id": f"{source}-{i}", "text": f"fact {i} from {source} " * 8, "priority": i} for i in range(4)]
+    blocks = [
+        {"id": f"{source}-{i}", "text": f"fact {i} from {source} " * 8, "priority": i}
+        for i in range(4)
+    ]
     payload = orjson.dumps({"revision": "r1", "blocks": blocks})
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})
