@@ -34,6 +34,8 @@ typecheck: install
 bench: install
 	$(BIN)/python bench/bench_select.py
 	$(BIN)/python bench/bench_counting.py
+	$(BIN)/python bench/bench_fanout.py
+	$(BIN)/python bench/bench_service.py
 
 openapi: install
 	$(BIN)/python -m context_assembly.api.openapi_export openapi/openapi.json
