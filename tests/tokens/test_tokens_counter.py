@@ -12,7 +12,7 @@ from context_assembly.core.counting import (
     count_message,
     count_text_message,
 )
-from context_assembly.core.request import Message
+from context_assembly.core.request import Block, Message
 from context_assembly.tokens.counter import (
     SHORT_KEY_CHARS,
     CachedCounter,
@@ -223,25 +223,28 @@ def test_estimated_models_count_with_the_estimator() -> None:
     assert estimated.tokens >= 6
 
 
-def test_count_block_equals_counting_the_pieces_and_is_cached() -> None:
-    """count_block gives the exact counts of both JSON pieces, and a repeat costs no counting."""
+def test_count_blocks_equals_counting_the_pieces_and_is_cached() -> None:
+    """count_blocks gives the exact counts of both JSON pieces, and a repeat costs no counting."""
     from context_assembly.core.counting import block_piece
 
     inner = RecordingCounter()
     counter = CachedCounter(inner)
     text = 'A "quoted" text with a newline\n and unicode é ' * 4
-    full, proj = counter.count_block("doc-1", text, "short view")
+    full, proj = counter.count_blocks([Block(id="doc-1", text=text, projection="short view")])[0]
     assert full == inner.count(block_piece("doc-1", text, False))
     assert proj == inner.count(block_piece("doc-1", "short view", True))
     calls = len(inner.calls)
-    assert counter.count_block("doc-1", text, "short view") == (full, proj)
+    assert counter.count_blocks([Block(id="doc-1", text=text, projection="short view")])[0] == (
+        full,
+        proj,
+    )
     assert len(inner.calls) == calls, "the second lookup is a cache hit"
-    assert counter.count_block("doc-1", text, None) == (full, -1)
+    assert counter.count_blocks([Block(id="doc-1", text=text)])[0] == (full, -1)
     before = len(inner.calls)
-    counter.count_block("doc-2", text, None)
+    counter.count_blocks([Block(id="doc-2", text=text)])[0]
     assert len(inner.calls) == before + 1, "another id is another key"
     exact = CachedCounter(TiktokenCounter("o200k_base"))
     encoding = get_encoding("o200k_base")
-    f, p = exact.count_block("x", text, "view")
+    f, p = exact.count_blocks([Block(id="x", text=text, projection="view")])[0]
     assert f == len(encoding.encode_ordinary(block_piece("x", text, False)))
     assert p == len(encoding.encode_ordinary(block_piece("x", "view", True)))

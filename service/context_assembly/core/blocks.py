@@ -41,6 +41,11 @@ class Node:
     deps: tuple[str, ...]
     expires_at: datetime | None
     dependents: list[str] = field(default_factory=list)
+    rank: tuple[int, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # The published total order (priority descending, then qualified id), computed once.
+        self.rank = (-self.block.priority, self.qid)
 
 
 def qualified(source: str, block_id: str) -> str:

@@ -30,9 +30,10 @@ summed to choose, one exact count confirms), the last choices are dropped, not r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 import orjson
@@ -44,6 +45,7 @@ from context_assembly.core.counting import (
     block_piece,
     count_text_message,
 )
+from context_assembly.core.request import Block
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 
 Status = Literal["selected", "projected", "omitted"]
@@ -96,7 +98,18 @@ class Selection:
 
 def rank_key(node: Node) -> tuple[int, str]:
     """The published total order: priority descending, then qualified id ascending."""
-    return (-node.block.priority, node.qid)
+    return node.rank
+
+
+_RANK = attrgetter("rank")
+
+
+def _count_block(count: Callable[[str], int], block: Block) -> tuple[int, int]:
+    """Piece counts of one block with a plain counter: (full, projected or -1)."""
+    full = count(block_piece(block.id, block.text, False))
+    if block.projection is None:
+        return full, -1
+    return full, count(block_piece(block.id, block.projection, True))
 
 
 def _source_open(source: str) -> str:
@@ -133,35 +146,28 @@ class _Plan:
         # Each separator comma is charged one token: the per-block sums stay an upper bound in
         # practice, and the one exact count of the rendered message confirms.
         self.wrapper = [count(_source_open(name)) + close + 1 for name in self.source_names]
-        self.nodes = sorted(graph.values(), key=rank_key)
+        self.nodes = sorted(graph.values(), key=_RANK)
         self.qids = [node.qid for node in self.nodes]
         index = {qid: i for i, qid in enumerate(self.qids)}
-        self.src: list[int] = []
-        self.deps: list[tuple[int, ...]] = []
-        self.full: list[int] = []
-        self.proj: list[int] = []
-        # Counters with a block cache (tokens/counter.py) cost a block from its id and texts in
-        # one lookup; others count the serialised pieces. Pieces are built only when rendered.
-        count_block = getattr(counter, "count_block", None)
-        if count_block is None:
-
-            def count_block(block_id: str, text: str, projection: str | None) -> tuple[int, int]:
-                full = count(block_piece(block_id, text, False))
-                if projection is None:
-                    return full, -1
-                return full, count(block_piece(block_id, projection, True))
-
-        # Local aliases: this loop runs once per block on every request.
-        src_add, deps_add = self.src.append, self.deps.append
-        full_add, proj_add = self.full.append, self.proj.append
-        for node in self.nodes:
-            block = node.block
-            src_add(source_index[node.source])
-            deps_add(tuple([index[d] for d in node.deps if d in index]) if node.deps else ())
-            full, proj = count_block(block.id, block.text, block.projection)
-            # Each separator comma is charged one token (see the wrapper comment above).
-            full_add(full + 1)
-            proj_add(-1 if proj < 0 else proj + 1)
+        nodes = self.nodes
+        blocks = [node.block for node in nodes]
+        # Counters with a block cache (tokens/counter.py) cost all blocks in one call, one cache
+        # lookup each; others count the serialised pieces. Pieces are built only when rendered.
+        count_blocks = getattr(counter, "count_blocks", None)
+        counts: list[tuple[int, int]] = (
+            count_blocks(blocks)
+            if count_blocks is not None
+            else [_count_block(count, b) for b in blocks]
+        )
+        # Comprehensions, not append loops: this runs for every block on every request.
+        self.src: list[int] = [source_index[node.source] for node in nodes]
+        self.deps: list[tuple[int, ...]] = [
+            tuple([index[d] for d in node.deps if d in index]) if node.deps else ()
+            for node in nodes
+        ]
+        # Each separator comma is charged one token (see the wrapper comment above).
+        self.full: list[int] = [full + 1 for full, _ in counts]
+        self.proj: list[int] = [proj + 1 if proj >= 0 else -1 for _, proj in counts]
 
     def piece(self, i: int, projected: bool) -> str:
         block = self.nodes[i].block
@@ -180,6 +186,14 @@ def _availability(
     after all of its dependencies.
     """
     reasons: dict[str, Reason] = {}
+    # The common case, checked in one cheap pass: nothing expired and no dependency missing.
+    for node in graph.values():
+        if node.expires_at is not None and node.expires_at <= now:
+            break
+        if node.deps and not all(d in graph for d in node.deps):
+            break
+    else:
+        return reasons
     waiting = {qid: sum(1 for d in node.deps if d in graph) for qid, node in graph.items()}
     ready = [qid for qid, n in waiting.items() if n == 0]
     while ready:

@@ -19,9 +19,11 @@ both count it and store the same value.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from context_assembly.core.counting import TokenCounter, TokenizerName, block_piece
+from context_assembly.core.request import Block
 from context_assembly.tokens.encodings import EncodingName, get_encoding
 from context_assembly.tokens.estimate import EstimateCounter
 
@@ -58,7 +60,7 @@ class CacheInfo(NamedTuple):
     max_entries: int
 
 
-CacheKey = tuple[str, str] | tuple[str, int, int, int] | tuple[str, str, int, int, int, int, int]
+CacheKey = tuple[str, str] | tuple[str, int, int, int] | tuple[str, str, int, int, int, int]
 CacheValue = int | tuple[int, int]  # a text's count, or a block's (full, projected) piece counts
 
 
@@ -179,36 +181,46 @@ class CachedCounter:
         assert isinstance(found, int)  # text keys and block keys differ in shape, never collide
         return found
 
-    def count_block(self, block_id: str, text: str, projection: str | None) -> tuple[int, int]:
-        """A block's piece counts (full, projected or -1), cached by its id and texts in one entry;
-        the pieces are serialised and counted only on a miss (``core.counting.BlockCounter``)."""
-        size = len(text)
-        key: CacheKey = (
-            self._name,
-            block_id,
-            size,
-            hash(text),
-            hash(text[size // 3 :]),
-            -1 if projection is None else len(projection),
-            0 if projection is None else hash(projection),
-        )
-        cache = self._cache
-        found = cache._young.get(key)
-        if found is None:
-            found = cache.get(key)
+    def count_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]:
+        """Each block's piece counts (full, projected or -1), cached per block in one entry; the
+        pieces are serialised and counted only on a miss (``core.counting.BlockCounter``).
+
+        The block id and the text length narrow the key: two texts must share both and a 64-bit
+        keyed SipHash to collide (per pair about 2^-64), so one hash of each text suffices here.
+        """
+        name, cache, inner = self._name, self._cache, self._inner
+        young_get = cache._young.get
+        out: list[tuple[int, int]] = []
+        hits = 0
+        for block in blocks:
+            text, projection = block.text, block.projection
+            key: CacheKey = (
+                name,
+                block.id,
+                len(text),
+                hash(text),
+                -1 if projection is None else len(projection),
+                0 if projection is None else hash(projection),
+            )
+            found = young_get(key)
             if found is None:
-                full = self._inner.count(block_piece(block_id, text, False))
-                proj = (
-                    -1
-                    if projection is None
-                    else self._inner.count(block_piece(block_id, projection, True))
-                )
-                found = (full, proj)
-                cache.put(key, found)
-        else:
-            cache._hits += 1
-        assert isinstance(found, tuple)
-        return found
+                found = cache.get(key)
+                if found is None:
+                    full = inner.count(block_piece(block.id, text, False))
+                    proj = (
+                        -1
+                        if projection is None
+                        else inner.count(block_piece(block.id, projection, True))
+                    )
+                    found = (full, proj)
+                    cache.put(key, found)
+                young_get = cache._young.get  # a put may have rotated the generations
+            else:
+                hits += 1
+            assert isinstance(found, tuple)
+            out.append(found)
+        cache._hits += hits
+        return out
 
     def cache_info(self) -> CacheInfo:
         """Hits, misses and size of the underlying cache (shared caches report shared totals)."""
