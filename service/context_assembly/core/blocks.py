@@ -78,9 +78,16 @@ def _check_id(text: str, what: str, qid: str) -> None:
         raise _invalid(f"block {qid!r}: {what} contains a control character", [qid], what)
 
 
+# Fast paths: one regex match accepts the common, valid case; anything else goes through the
+# detailed checks, which name the exact rule that failed.
+_VALID_ID = re.compile(rf"[^\x00-\x1f\x7f-\x9f]{{1,{MAX_ID_CHARS}}}")
+_VALID_DEP = re.compile(rf"[^/\x00-\x1f\x7f-\x9f]+/[^\x00-\x1f\x7f-\x9f]{{1,{MAX_ID_CHARS}}}")
+
+
 def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
-    qid = qualified(source, block.id)
-    _check_id(block.id, "id", qid)
+    qid = source + "/" + block.id
+    if not _VALID_ID.fullmatch(block.id):
+        _check_id(block.id, "id", qid)
     limit = options.max_block_characters
     if len(block.text) > limit:
         raise _invalid(
@@ -103,6 +110,10 @@ def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
         )
     deps: list[str] = []
     for dep in block.dependencies:
+        if _VALID_DEP.fullmatch(dep) and dep != qid:
+            if dep not in deps:
+                deps.append(dep)
+            continue
         dep_source, sep, dep_id = dep.partition("/")
         if not sep or not dep_source or not dep_id:
             raise _invalid(
@@ -124,7 +135,9 @@ def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
                 [qid],
                 "expires_at",
             )
-    return Node(qid, source, block, tuple(sorted(deps)), expires_at)
+    return Node(
+        qid, source, block, tuple(sorted(deps)) if len(deps) > 1 else tuple(deps), expires_at
+    )
 
 
 def build_graph(sources: Iterable[SourceBlocks], options: AssemblyOptions) -> dict[str, Node]:
