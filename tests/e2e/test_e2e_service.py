@@ -188,3 +188,41 @@ def test_serve_refuses_sqlite_with_two_workers(service_factory: ServiceFactory) 
     )
     assert done.returncode == 2
     assert b"SQLite" in done.stderr
+
+
+def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) -> None:
+    """The service log has a JSON line per request and none of the block, instruction or input text."""
+    svc = service_factory(config({}))
+    body = {
+        "model": "gpt-4o-mini",
+        "instructions": "HOST-PROMPT-7f3a",
+        "plugins": [
+            {"name": "memory", "instructions": "PLUGIN-INSTR-91c2", "content": "LEGACY-VIEW-55d0"}
+        ],
+        "contributions": [
+            {"source": "memory", "revision": 1, "blocks": [{"id": "a", "text": "BLOCK-TEXT-3b8e"}]}
+        ],
+        "history": [{"role": "user", "content": "HISTORY-TEXT-0a1b"}],
+        "input": [{"role": "user", "content": "INPUT-TEXT-c4d5"}],
+    }
+    assert httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5).status_code == 200
+    assert (
+        httpx.post(f"{svc.base}/v1/prepare", json={**body, "model": 7}, timeout=5).status_code
+        == 422
+    )
+    svc.proc.terminate()
+    svc.proc.wait(10)
+    lines = [json.loads(line) for line in svc.log.read_text().splitlines() if line.startswith("{")]
+    requests = [line for line in lines if line.get("event") == "request"]
+    assert [r["status"] for r in requests if r["route"] == "/v1/prepare"] == [200, 422]
+    assert all("duration_ms" in r and "request_id" in r for r in requests)
+    text = svc.log.read_text()
+    for secret in (
+        "HOST-PROMPT",
+        "PLUGIN-INSTR",
+        "LEGACY-VIEW",
+        "BLOCK-TEXT",
+        "HISTORY-TEXT",
+        "INPUT-TEXT",
+    ):
+        assert secret not in text
