@@ -1,0 +1,491 @@
+"""Typed models of the service's requests and responses, named as in ``openapi/openapi.json``.
+
+Every class here has a schema of the same name in the committed OpenAPI document, with the same
+property names, the same required properties and the same closed value sets; a test in the
+service repository fails when the two drift apart.
+
+Two kinds of model:
+
+- **Request models** (``PrepareRequest`` and what it contains, ``Frame``, ``ValidateRequest``,
+  ``RepairRequest``, ``UsageRequest``) refuse unknown fields, so a misspelt option fails here
+  instead of on the server. Range limits are left to the server, which reports them as
+  ``InvalidRequestError`` naming the field. The client sends only the fields you set
+  (``exclude_unset``), so the server's defaults apply to the rest.
+- **Response models** are frozen and accept members they do not know, so a newer server that
+  adds a field does not break an older client. A value outside a closed set (a new status or
+  reason) is a contract change and fails validation
+  (:class:`~context_assembly_client.APIResponseValidationError`).
+
+Every method of the clients also accepts a plain ``dict`` wherever it takes a request model.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "AccountingReport",
+    "AssemblyOptions",
+    "Block",
+    "BlockReport",
+    "BudgetReport",
+    "BudgetResponse",
+    "CallKind",
+    "Contribution",
+    "ContributorRef",
+    "Frame",
+    "Health",
+    "HistoryPolicy",
+    "Message",
+    "ModelInfo",
+    "ModelList",
+    "Observation",
+    "OpaquePart",
+    "Plugin",
+    "PreparationView",
+    "PrepareRequest",
+    "PrepareResponse",
+    "Problem",
+    "Provider",
+    "RepairRequest",
+    "RepairResponse",
+    "Revision",
+    "Scope",
+    "SelectionReport",
+    "SourceReport",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "UsageRequest",
+    "UsageResponse",
+    "ValidateRequest",
+    "ValidateResponse",
+    "Whiteboard",
+    "WhiteboardEntry",
+]
+
+Provider: TypeAlias = Literal["openai", "anthropic", "google", "normalized"]
+CallKind: TypeAlias = Literal["main", "wrap_up", "repair"]
+Layout: TypeAlias = Literal["legacy", "stable-prefix"]
+Render: TypeAlias = Literal["neutral", "openai-chat", "openai-responses", "anthropic", "gemini"]
+Revision: TypeAlias = str | int | float
+"""A contributor's revision: a string or a finite number, compared for equality only."""
+
+
+class RequestModel(BaseModel):
+    """Base of request models: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ResponseModel(BaseModel):
+    """Base of response models: frozen; unknown members are kept, not refused."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+# --------------------------------------------------------------------------- messages and tools
+
+
+class TextPart(RequestModel):
+    """A text part of a message's content."""
+
+    type: Literal["text"]
+    text: str
+
+
+class OpaquePart(BaseModel):
+    """An image, file or provider-opaque part, carried through as given (counts become uncertain)."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image", "file", "opaque"]
+
+
+Part: TypeAlias = Annotated[TextPart | OpaquePart, Field(discriminator="type")]
+
+
+class ToolCall(RequestModel):
+    """A tool call made by an assistant message."""
+
+    id: str
+    name: str
+    arguments: str | dict[str, Any] = ""
+
+
+class Message(RequestModel):
+    """One conversation message; ``content`` is a string or a list of parts."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[Part] = ""
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class Tool(RequestModel):
+    """A tool definition; ``parameters`` is a JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class Plugin(RequestModel):
+    """A legacy plugin source: its instructions and its content view."""
+
+    name: str
+    instructions: str | None = None
+    content: str | None = None
+
+
+class Frame(RequestModel):
+    """The neutral frame: messages in dispatch order and the tool definitions."""
+
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[Tool] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class Block(RequestModel):
+    """One piece of source data a contributor offers."""
+
+    id: str
+    text: str
+    priority: int = 0
+    protected: bool = False
+    dependencies: list[str] = Field(default_factory=list)
+    expires_at: str | None = None
+    projection: str | None = None
+
+
+class ContributorRef(RequestModel):
+    """A webhook contributor for a source: a registered ``endpoint`` name or an inline ``url``."""
+
+    source: str
+    endpoint: str | None = None
+    url: str | None = None
+    instructions: str | None = None
+    failure_policy: Literal["fail", "omit"] | None = None
+    recovery_tool: str | None = None
+
+
+class Contribution(RequestModel):
+    """Blocks the host already has, carried inline in the request."""
+
+    source: str
+    revision: Revision
+    blocks: list[Block] = Field(default_factory=list)
+    instructions: str | None = None
+    recovery_tool: str | None = None
+
+
+class WhiteboardEntry(RequestModel):
+    """One whiteboard entry; the built-in adapter turns it into a block."""
+
+    key: str
+    description: str = ""
+    value: Any = None
+    priority: Literal["low", "normal", "high", "critical"] = "normal"
+
+
+class Whiteboard(RequestModel):
+    """The whiteboard source and its entries."""
+
+    source: str
+    entries: list[WhiteboardEntry] = Field(default_factory=list)
+    recovery_tool: str | None = None
+
+
+class Scope(RequestModel):
+    """Who and what the call is for; contributors authorise their reads against it."""
+
+    account_id: str | None = None
+    connector_accounts: dict[str, str] = Field(default_factory=dict)
+    task_id: str | None = None
+    principal: str | None = None
+    identities: list[str] = Field(default_factory=list)
+    roles: list[str] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class HistoryPolicy(RequestModel):
+    """How history may be compacted when the frame does not fit."""
+
+    mode: Literal["none", "drop_oldest"] = "none"
+    keep_last_messages: int = 2
+
+
+class AssemblyOptions(RequestModel):
+    """The ``assembly`` options of a prepare request (server defaults shown)."""
+
+    max_data_tokens: int = 2048
+    source_token_limits: dict[str, int] = Field(default_factory=dict)
+    layout: Layout = "legacy"
+    reasoning_reserve_tokens: int = 0
+    timeout_ms: int = 1000
+    max_blocks: int = 128
+    max_block_characters: int = 65_536
+    tokenizer: Literal["auto", "o200k_base", "cl100k_base", "estimate"] = "auto"
+    history_policy: HistoryPolicy = Field(default_factory=HistoryPolicy)
+
+
+class PrepareRequest(RequestModel):
+    """The body of ``prepare``, ``budget`` and ``refresh`` (SPEC §3.1)."""
+
+    model: str
+    max_context_tokens: int | None = None
+    max_context_source: Literal["host", "provider"] = "host"
+    response_reserve: int = 4096
+    assembly: AssemblyOptions | None = None
+    instructions: str = ""
+    plugins: list[Plugin] = Field(default_factory=list)
+    tools: list[Tool] = Field(default_factory=list)
+    history: list[Message] = Field(default_factory=list)
+    input: list[Message] = Field(default_factory=list)
+    contributors: list[ContributorRef] = Field(default_factory=list)
+    contributions: list[Contribution] = Field(default_factory=list)
+    whiteboard: Whiteboard | None = None
+    scope: Scope = Field(default_factory=Scope)
+    timezone: str = "UTC"
+    render: Render = "neutral"
+
+
+class ValidateRequest(RequestModel):
+    """The body of ``validate``: the neutral frame the host is about to send."""
+
+    model: str
+    scope: Scope = Field(default_factory=Scope)
+    frame: Frame
+
+
+class RepairRequest(RequestModel):
+    """The body of ``repair``: the dispatched frame and the model's unformatted answer."""
+
+    model: str
+    scope: Scope = Field(default_factory=Scope)
+    instructions: str = ""
+    frame: Frame
+    answer: str
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class UsageRequest(RequestModel):
+    """The body of ``report_usage``: the provider's usage object as received."""
+
+    report_id: str
+    provider: Provider
+    call: CallKind = "main"
+    usage: dict[str, Any]
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class BudgetReport(ResponseModel):
+    """Where the window goes: capacity, reserves, each part's tokens, what remains for data."""
+
+    capacity: int
+    capacity_source: Literal["host", "provider", "registry", "fallback"]
+    response_reserve: int
+    reasoning_reserve_tokens: int
+    instructions_tokens: int
+    legacy_data_tokens: int
+    tools_tokens: int
+    history_tokens: int
+    input_tokens: int
+    remaining_tokens: int
+    data_limit_tokens: int
+    data_tokens: int
+    total_input_tokens: int
+    history_dropped_messages: int
+
+
+class BlockReport(ResponseModel):
+    """The decision on one block: status, reason and what it costs in this request."""
+
+    source: str
+    id: str
+    status: Literal["selected", "projected", "omitted"]
+    reason: Literal[
+        "protected",
+        "dependency",
+        "fits",
+        "projection_fits",
+        "expired",
+        "missing_dependency",
+        "budget",
+        "source_budget",
+        "source_failed",
+    ]
+    tokens: int
+    full_tokens: int
+    projection_tokens: int | None
+    priority: int
+    protected: bool
+    dependencies: list[str]
+
+
+class SourceReport(ResponseModel):
+    """How one source fared: its kind, status, time taken and number of blocks."""
+
+    source: str
+    kind: Literal["webhook", "inline", "whiteboard"]
+    status: Literal[
+        "ok", "inline", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"
+    ]
+    duration_ms: float
+    block_count: int
+
+
+class SelectionReport(ResponseModel):
+    """The manifest: every block's decision, every source's outcome, and the totals."""
+
+    blocks: list[BlockReport]
+    sources: list[SourceReport]
+    max_data_tokens: int
+    selected_data_tokens: int
+    layout: Layout
+    reasoning_reserve_tokens: int
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"]
+    exact: bool
+    opaque_or_multimodal: bool
+
+
+class PrepareResponse(ResponseModel):
+    """The answer of ``prepare`` and ``refresh``: frame, manifest, budget and hashes."""
+
+    preparation_id: str
+    model: str
+    layout: Layout
+    render: Render
+    frame: dict[str, Any]
+    budget: BudgetReport
+    selection: SelectionReport
+    fingerprint: str
+    prefix_hash: str
+    prefix_tokens: int
+    input_hash: str
+    expires_at: str
+    attempt: int = 1
+
+
+class BudgetResponse(ResponseModel):
+    """The answer of ``budget``: what is already materialisable; no contributor was called."""
+
+    model: str
+    budget: BudgetReport
+    selection: SelectionReport
+    pending_sources: list[str]
+
+
+class ValidateResponse(ResponseModel):
+    """The answer of a successful ``validate`` (a stale one raises ``StaleError``)."""
+
+    valid: Literal[True] = True
+    preparation_id: str
+    checked_at: str
+
+
+class RepairResponse(ResponseModel):
+    """The answer of ``repair``: the repair frame and its estimated input tokens."""
+
+    preparation_id: str
+    frame: dict[str, Any]
+    estimated_input_tokens: int
+
+
+class Observation(ResponseModel):
+    """One recorded provider usage report, normalised, with its delta to the estimate."""
+
+    provider: Provider
+    call: CallKind
+    report_id: str
+    observed_at: str
+    provider_input_tokens: int | None
+    input_token_delta: int | None
+    cached_input_tokens: int | None
+    cache_creation_input_tokens: int | None
+    output_tokens: int | None
+
+
+class AccountingReport(ResponseModel):
+    """The estimate and the last main/wrap-up and auxiliary (repair) observations."""
+
+    estimated_input_tokens: int
+    last: Observation | None
+    auxiliary: Observation | None
+
+
+class UsageResponse(ResponseModel):
+    """The answer of ``report_usage``: the preparation's accounting after the report."""
+
+    preparation_id: str
+    accounting: AccountingReport
+
+
+class PreparationView(ResponseModel):
+    """The answer of ``get_preparation``: everything stored, never block bodies."""
+
+    preparation_id: str
+    model: str
+    layout: Layout
+    render: str
+    budget: BudgetReport
+    selection: SelectionReport
+    fingerprint: str
+    prefix_hash: str
+    prefix_tokens: int
+    input_hash: str
+    expires_at: str
+    attempt: int
+    refresh_used: bool
+    accounting: AccountingReport
+
+
+class ModelInfo(ResponseModel):
+    """One model of the capacity registry."""
+
+    name: str
+    provider: str
+    context_window: int | None
+    max_output_tokens: int | None
+    tokenizer: str
+    tokens_per_message: int
+    tokens_per_name: int
+    reply_priming: int
+    tokens_per_tool: int
+    min_cacheable_prefix: int | None
+
+
+class ModelList(ResponseModel):
+    """The answer of ``models``: the registry and the fallback window."""
+
+    models: list[ModelInfo]
+    fallback_context_window: int
+
+
+class Health(ResponseModel):
+    """The answer of ``health``."""
+
+    status: str
+
+
+class Problem(ResponseModel):
+    """An RFC 9457 problem body; ``code`` is one of the service's error codes.
+
+    Errors carry the body as a plain dict (``APIStatusError.problem``); this model documents its
+    standard members and can parse it: ``Problem.model_validate(err.problem)``.
+    """
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None
