@@ -19,6 +19,7 @@ serve: install
 
 test: install redis
 	$(BIN)/pytest -q
+	cd clients/typescript && npm ci --silent --no-audit --no-fund && npm test --silent
 
 # The tests need a real Redis on 127.0.0.1:6379: find it or start it, and fail loudly otherwise.
 redis:
