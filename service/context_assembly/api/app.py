@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import threading
 from collections.abc import AsyncIterator
@@ -67,6 +68,11 @@ def create_app(
         the_client = client or create_client()
         for name in ("o200k_base", "cl100k_base"):
             get_counter(name).count("warm up")  # build encodings now, not on the first request
+        # Everything built so far (encodings, registry, schemas, routes) lives as long as the
+        # process: move it out of the collector's reach so that full collections during requests
+        # do not traverse it (they showed up as p99 spikes of tens of milliseconds).
+        gc.collect()
+        gc.freeze()
         app.state.preparations = Preparations(
             settings, the_store, the_client, registry, resolver=resolver, clock=clock
         )
