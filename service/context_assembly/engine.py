@@ -1,31 +1,45 @@
 """The bridge from a request to the pure core: model profile, counter, clock and rendering.
 
 Both the CLI and the HTTP service run assemblies through here, so they answer the same way.
+
+Managed routing (a request with ``models``) happens here: the first candidate whose window fits
+the fixed content, the reserves and the protected closure is assembled with its own capacity,
+tokenizer and framing profile (``core/routing.py`` measures the need). When none fits and the
+request's ``history_policy`` is ``drop_oldest``, the candidates are tried again in order with
+history compaction; when none fits at all the answer is ``CONTEXT_OVERFLOW`` with every
+candidate's shortfall (problem extension ``candidates``).
+
+Native history (the provider holds the conversation): the provider's count replaces the history
+term, the final frame is counted again (plus that count) against the window, and the manifest
+marks the counts as including provider-held state (``exact`` false, ``native_history``,
+``budget.provider_counted_tokens``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from context_assembly.core.assemble import Assembly, assemble
-from context_assembly.core.budget import resolve_capacity
-from context_assembly.core.counting import ModelProfile, TokenCounter
+from context_assembly.core.budget import Capacity, resolve_capacity
+from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import PrepareRequest
-from context_assembly.core.result import PrepareResponse
+from context_assembly.core.result import PrepareResponse, RoutingCandidate, RoutingReport
+from context_assembly.core.routing import RoutingProbe
 from context_assembly.core.sources import SourceInput, SourceSetup
-from context_assembly.errors import InvalidError
+from context_assembly.errors import ContextOverflowError, InvalidError
 from context_assembly.tokens.counter import get_counter
 from context_assembly.tokens.registry import ModelRegistry
 
 
 @dataclass(frozen=True, slots=True)
 class ModelContext:
-    """What the service knows about the requested model for this request."""
+    """What the service knows about the requested (or routed) model for this request."""
 
+    model: str  # the model name as requested: ``model``, or the candidate routing chose
     profile: ModelProfile
     counter: TokenCounter
     exact: bool
@@ -43,14 +57,18 @@ def unknown_profile(model: str) -> ModelProfile:
     )
 
 
-def model_context(request: PrepareRequest, registry: ModelRegistry) -> ModelContext:
-    """Profile and counter for the request; counts are exact only with the model's own tokenizer."""
-    found = registry.lookup(request.model)
-    profile = found if found is not None else unknown_profile(request.model)
+def model_context(
+    request: PrepareRequest, registry: ModelRegistry, model: str | None = None
+) -> ModelContext:
+    """Profile and counter for ``model`` (default: the request's); counts are exact only with
+    the model's own tokenizer."""
+    name_ = model if model is not None else request.model_name
+    found = registry.lookup(name_)
+    profile = found if found is not None else unknown_profile(name_)
     wanted = request.options.tokenizer
     name = profile.tokenizer if wanted == "auto" else wanted
     exact = name != "estimate" and name == profile.tokenizer
-    return ModelContext(profile, get_counter(name), exact, found is not None)
+    return ModelContext(name_, profile, get_counter(name), exact, found is not None)
 
 
 def local_time(now: datetime, timezone: str) -> datetime:
@@ -69,23 +87,192 @@ def run_assembly(
     now: datetime,
     tenant: str,
     registry: ModelRegistry,
+    pin_model: str | None = None,
 ) -> tuple[Assembly, ModelContext]:
-    """Assemble ``request`` with the given contributed sources at ``now``."""
-    ctx = model_context(request, registry)
-    capacity = resolve_capacity(request.max_context_tokens, request.max_context_source, ctx.profile)
-    assembly = assemble(
-        request,
-        setups,
-        inputs,
-        now=now,
-        local_now=local_time(now, request.timezone),
-        counter=ctx.counter,
-        profile=ctx.profile,
-        capacity=capacity,
-        exact=ctx.exact,
-        tenant=tenant,
+    """Assemble ``request`` with the given contributed sources at ``now``.
+
+    A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
+    the candidate it was routed to instead of routing again.
+    """
+    local_now = local_time(now, request.timezone)
+    if request.models is None:
+        ctx = model_context(request, registry)
+        capacity = resolve_capacity(
+            request.max_context_tokens, request.max_context_source, ctx.profile
+        )
+        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant)
+        return assembly, ctx
+    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model)
+
+
+def _assemble(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    now: datetime,
+    local_now: datetime,
+    ctx: ModelContext,
+    capacity: Capacity,
+    tenant: str,
+) -> Assembly:
+    native = request.native_history
+    try:
+        assembly = assemble(
+            request,
+            setups,
+            inputs,
+            now=now,
+            local_now=local_now,
+            counter=ctx.counter,
+            profile=ctx.profile,
+            capacity=capacity,
+            exact=ctx.exact and native is None,
+            tenant=tenant,
+        )
+    except ContextOverflowError as err:
+        if native is None or "shortfall_tokens" not in err.extensions:
+            raise
+        # The window overflow of the budget: say that the service cannot compact this history.
+        needed = err.extensions["needed_tokens"]
+        raise ContextOverflowError(
+            f"the request needs {needed} tokens, {native.provider_counted_tokens} of them "
+            f"provider-held history that the service cannot compact, but the window is "
+            f"{capacity.tokens} (compact on the provider side, or prepare for a larger window)",
+            **err.extensions,
+        ) from err
+    if native is None:
+        return assembly
+    # The final candidate, counted again as it will be sent (plus the provider-held part).
+    frame = assembly.frame
+    recount = (
+        count_messages(frame.messages, ctx.counter, ctx.profile).tokens
+        + count_tools(frame.tools, ctx.counter, ctx.profile)
+        + ctx.profile.reply_priming
+        + native.provider_counted_tokens
     )
-    return assembly, ctx
+    budget = assembly.budget
+    available = capacity.tokens - budget.response_reserve - budget.reasoning_reserve_tokens
+    if recount > available:
+        raise ContextOverflowError(
+            f"the final frame counts {recount} tokens with the provider-held history "
+            f"({native.provider_counted_tokens}) but {available} are available in the window "
+            f"of {capacity.tokens}",
+            capacity=capacity.tokens,
+            needed_tokens=recount + capacity.tokens - available,
+            shortfall_tokens=recount - available,
+        )
+    return replace(
+        assembly,
+        budget=budget.model_copy(
+            update={"provider_counted_tokens": native.provider_counted_tokens}
+        ),
+        selection=assembly.selection.model_copy(
+            update={
+                "native_history": True,
+                "opaque_or_multimodal": assembly.selection.opaque_or_multimodal or native.opaque,
+            }
+        ),
+    )
+
+
+def _route(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    now: datetime,
+    local_now: datetime,
+    tenant: str,
+    registry: ModelRegistry,
+    pin_model: str | None,
+) -> tuple[Assembly, ModelContext]:
+    """``first_fit`` over the candidates (or only ``pin_model``)."""
+    names = [pin_model] if pin_model is not None else request.candidates
+    probe = RoutingProbe(request, setups, inputs, now=now, local_now=local_now)
+    tried: list[tuple[RoutingCandidate, ModelContext, Capacity]] = []
+    chosen: tuple[Assembly, ModelContext] | None = None
+    for name in names:
+        ctx = model_context(request, registry, name)
+        capacity = resolve_capacity(None, "host", ctx.profile)
+        needed = probe.needed_tokens(ctx.counter, ctx.profile)
+        shortfall = max(needed - capacity.tokens, 0)
+        candidate = RoutingCandidate(
+            model=name,
+            capacity=capacity.tokens,
+            capacity_source=capacity.source,
+            tokenizer=ctx.counter.name,
+            fits=shortfall == 0,
+            needed_tokens=needed,
+            shortfall_tokens=shortfall,
+            reason="fits" if shortfall == 0 else "window",
+        )
+        tried.append((candidate, ctx, capacity))
+        if candidate.fits:
+            routed = request.model_copy(update={"model": name})
+            assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+            chosen = assembly, ctx
+            break
+    if chosen is None and _may_compact(request):
+        for index, (candidate, ctx, capacity) in enumerate(tried):
+            routed = request.model_copy(update={"model": candidate.model})
+            try:
+                assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+            except ContextOverflowError:
+                continue
+            tried[index] = (
+                candidate.model_copy(update={"reason": "fits_after_compaction"}),
+                ctx,
+                capacity,
+            )
+            chosen = assembly, ctx
+            break
+    candidates = [candidate for candidate, _, _ in tried]
+    if chosen is None:
+        raise _no_candidate(request, candidates)
+    assembly, ctx = chosen
+    report = RoutingReport(
+        policy=request.routing.policy if request.routing is not None else "first_fit",
+        chosen=ctx.model,
+        pinned=pin_model is not None,
+        candidates=candidates,
+    )
+    selection = assembly.selection.model_copy(update={"routing": report})
+    return replace(assembly, selection=selection), ctx
+
+
+def _may_compact(request: PrepareRequest) -> bool:
+    return (
+        request.options.history_policy.mode == "drop_oldest"
+        and request.native_history is None
+        and bool(request.history_messages)
+    )
+
+
+def _no_candidate(
+    request: PrepareRequest, candidates: list[RoutingCandidate]
+) -> ContextOverflowError:
+    parts = "; ".join(
+        f"{c.model} needs {c.needed_tokens} of a {c.capacity}-token window "
+        f"(short {c.shortfall_tokens})"
+        for c in candidates
+    )
+    hint = ""
+    if request.options.history_policy.mode != "drop_oldest" and request.history_messages:
+        hint = " (history_policy 'drop_oldest' may compact history)"
+    elif _may_compact(request):
+        hint = " (not even after the allowed history compaction)"
+    return ContextOverflowError(
+        f"no candidate model fits the request: {parts}{hint}",
+        candidates=[
+            {
+                "model": c.model,
+                "capacity": c.capacity,
+                "capacity_source": c.capacity_source,
+                "needed_tokens": c.needed_tokens,
+                "shortfall_tokens": c.shortfall_tokens,
+            }
+            for c in candidates
+        ],
+    )
 
 
 def to_response(
@@ -100,11 +287,11 @@ def to_response(
     """The wire response, with the frame rendered for the requested provider shape."""
     return PrepareResponse(
         preparation_id=preparation_id,
-        model=request.model,
+        model=ctx.model,
         layout=request.options.layout,
         render=request.render,
         frame=render_frame(
-            assembly.frame, request.render, request.model, ctx.profile.max_output_tokens
+            assembly.frame, request.render, ctx.model, ctx.profile.max_output_tokens
         ),
         budget=assembly.budget,
         selection=assembly.selection,

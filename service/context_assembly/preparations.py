@@ -12,6 +12,13 @@ not keep them; so the refresh body is the whole edited prepare request (a supers
 ``{model, scope, history, input}`` of SPEC §3.3). The service checks that everything the
 preparation trusted is unchanged: the same model and scope, the same instructions, plugins, tools,
 options and inline sources (one hash), and the original history as a prefix of the edited one.
+
+Routing and native history: the record keeps the *routed* model (validate, repair and usage
+check against it; a refresh of a routed preparation stays on it, ``pin_model``) and the
+candidate list as requested (a refresh must give the same). With a native history the record
+keeps the native descriptor (a refresh must give the same one: the provider-held conversation is
+the trusted prefix and the service cannot see it) and the provider-counted tokens, which repair
+adds to its own count (the repair call is sent on top of the same provider-held state).
 """
 
 from __future__ import annotations
@@ -105,8 +112,20 @@ def new_preparation_id() -> str:
 
 
 def _request_shape_hash(request: PrepareRequest) -> str:
-    """Hash of everything refresh must find unchanged (all but history, input and render)."""
-    return digest(request.model_dump(mode="json", exclude={"history", "input", "render"}))
+    """Hash of everything refresh must find unchanged (all but history, input and render).
+
+    A single-model request leaves the routing fields out, so its hash is what it was before they
+    existed (records stored by an older replica still refresh).
+    """
+    exclude = {"history", "input", "render"}
+    if request.models is None:
+        exclude |= {"models", "routing"}
+    return digest(request.model_dump(mode="json", exclude=exclude))
+
+
+def _native(request: PrepareRequest) -> dict[str, Any] | None:
+    native = request.native_history
+    return None if native is None else native.model_dump(mode="json")
 
 
 def _message_hashes(messages: Sequence[Message]) -> list[str]:
@@ -209,8 +228,13 @@ class Preparations:
         budget_ms: float,
         data_budget: int,
         attempt: int,
+        model: str | None = None,
     ) -> Collected:
-        """Run the webhook contributors of ``request`` under one deadline of ``budget_ms``."""
+        """Run the webhook contributors of ``request`` under one deadline of ``budget_ms``.
+
+        Packets name ``model`` (a refresh: the routed model), else the request's model (with
+        ``models``: the preferred candidate, as routing runs after the contributions).
+        """
         start = self.clock.monotonic()
         deadline = start + max(budget_ms, 0.0) / 1000.0
         targets = await self._targets(tenant, request.contributors, deadline)
@@ -223,7 +247,7 @@ class Preparations:
                 )
             fields = PacketFields(
                 preparation_id=preparation_id,
-                model=request.model,
+                model=model if model is not None else request.model_name,
                 input=request.input,
                 data_budget_tokens=data_budget,
                 scope=request.scope,
@@ -305,7 +329,10 @@ class Preparations:
         webhook_sources = {t.source for t in collected.targets}
         return {
             "response": response.model_dump(mode="json", exclude={"frame"}),
-            "model": request.model,
+            "model": ctx.model,
+            "requested_models": request.candidates,
+            "native_history": _native(request),
+            "provider_counted_tokens": response.budget.provider_counted_tokens or 0,
             "scope_hash": digest(request.scope.model_dump(mode="json")),
             "scope": request.scope.model_dump(mode="json"),
             "render": request.render,
@@ -316,7 +343,7 @@ class Preparations:
             "shape_hash": _request_shape_hash(request),
             "history_hashes": history_hashes
             if history_hashes is not None
-            else _message_hashes(request.history),
+            else _message_hashes(request.history_messages),
             "selected_expiry": [list(item) for item in assembly.selected_expiry],
             "revisions": {s: r for s, r in assembly.revisions if s in webhook_sources},
             "contributors": [
@@ -334,11 +361,11 @@ class Preparations:
         """The budget of what is already materialisable: no contributor is called."""
         setups = plan_sources(request)
         inputs = materialised_inputs(request, setups)
-        assembly, _ = run_assembly(
+        assembly, ctx = run_assembly(
             request, setups, inputs, now=self.clock.now(), tenant=tenant, registry=self.registry
         )
         return BudgetResponse(
-            model=request.model,
+            model=ctx.model,
             budget=assembly.budget,
             selection=assembly.selection,
             pending_sources=[s.source for s in setups if s.kind == "webhook"],
@@ -478,13 +505,17 @@ class Preparations:
             raise self._stale(["refresh_used"], prep_id)
         data = record.data
         reasons: list[str] = []
-        if request.model != data["model"]:
+        if request.candidates != data.get("requested_models", [data["model"]]):
             reasons.append("model_changed")
         if digest(request.scope.model_dump(mode="json")) != data["scope_hash"]:
             reasons.append("scope_changed")
         original: list[str] = data["history_hashes"]
-        edited = _message_hashes(request.history[: len(original)])
-        if _request_shape_hash(request) != data["shape_hash"] or edited != original:
+        edited = _message_hashes(request.history_messages[: len(original)])
+        if (
+            _request_shape_hash(request) != data["shape_hash"]
+            or edited != original
+            or _native(request) != data.get("native_history")
+        ):
             reasons.append("prefix_changed")
         if reasons:
             raise self._stale(reasons, prep_id)
@@ -498,6 +529,7 @@ class Preparations:
             budget_ms=left_ms,
             data_budget=request.options.max_data_tokens,
             attempt=2,
+            model=data["model"],
         )
         assembly, ctx = run_assembly(
             request,
@@ -506,6 +538,7 @@ class Preparations:
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
+            pin_model=data["model"] if request.models is not None else None,
         )
         expires = datetime.fromtimestamp(record.expires_at, UTC)
         response = to_response(
@@ -557,6 +590,7 @@ class Preparations:
             counted.tokens
             + count_tools(frame.tools, ctx.counter, ctx.profile)
             + ctx.profile.reply_priming
+            + int(data.get("provider_counted_tokens", 0))  # native history: held by the provider
         )
         available = int(data["capacity"]) - int(data["reserve"])
         if tokens > available:

@@ -22,7 +22,12 @@ request with those fields replaced; ``now`` moves the service's pinned wall cloc
 * ``messages_exact``: ``{"<message index>": message}`` compared field by field;
 * ``blocks``: ``{"source/id": {subset of that block's manifest entry}}``;
 * ``data_order``: the ``source/id`` of every block in the data message, in rendered order;
-* ``invariants`` (default true on success): the SPEC §4/§5 invariants checked on every answer.
+* ``routing``: ``{"chosen": model | null, "candidates": ["model/reason", ...]}``: the routing
+  report of a routed answer (``selection.routing``), or on a ``CONTEXT_OVERFLOW`` the problem's
+  ``candidates`` (each ``model/window``, with its shortfall checked);
+* ``invariants`` (default true on success): the SPEC §4/§5 invariants checked on every answer,
+  plus the routing arithmetic when the answer was routed and, with a native history, the
+  provider-counted history term and a recount of the final neutral frame.
 """
 
 from __future__ import annotations
@@ -45,7 +50,12 @@ from context_assembly.api.app import create_app
 from context_assembly.cli import main
 from context_assembly.config import load_settings
 from context_assembly.core.blocks import parse_timestamp
+from context_assembly.core.counting import count_messages, count_tools
+from context_assembly.core.frame import Frame
+from context_assembly.core.request import PrepareRequest
+from context_assembly.engine import model_context
 from context_assembly.preparations import Clock
+from context_assembly.tokens.registry import ModelRegistry
 
 CASES_DIR = Path(__file__).parent / "cases"
 DEFAULT_NOW = "2026-12-02T12:00:00Z"
@@ -80,6 +90,7 @@ EXPECT_KEYS = {
     "messages_exact",
     "blocks",
     "data_order",
+    "routing",
     "invariants",
 }
 STEP_KEYS = {"method", "path", "json", "headers", "now", "expect"}
@@ -173,6 +184,10 @@ def _check_invariants(body: dict[str, Any]) -> None:
     assert budget["data_tokens"] <= budget["data_limit_tokens"], budget
     assert budget["total_input_tokens"] == fixed + budget["data_tokens"], budget
     assert selection["selected_data_tokens"] == budget["data_tokens"], selection
+    if selection.get("routing") is not None:
+        _check_routing(body)
+    if budget.get("provider_counted_tokens") is not None:
+        _check_native(body)
     status = {f"{b['source']}/{b['id']}": b["status"] for b in selection["blocks"]}
     entered: dict[str, str] = {}
     for block in selection["blocks"]:
@@ -200,6 +215,58 @@ def _check_invariants(body: dict[str, Any]) -> None:
     assert len(rendered) == len(entered), "no block rendered twice"
 
 
+def _check_routing(body: dict[str, Any]) -> None:
+    """A routed answer: each candidate's arithmetic, first fit chosen, its capacity and tokenizer used."""
+    routing = body["selection"]["routing"]
+    candidates = routing["candidates"]
+    assert candidates, routing
+    for candidate in candidates:
+        shortfall = max(candidate["needed_tokens"] - candidate["capacity"], 0)
+        assert candidate["shortfall_tokens"] == shortfall, candidate
+        assert candidate["fits"] == (shortfall == 0), candidate
+    chosen = [c for c in candidates if c["reason"] != "window"]
+    assert len(chosen) == 1 and chosen[0]["model"] == routing["chosen"] == body["model"], routing
+    last = chosen[0]
+    if last["reason"] == "fits":
+        assert candidates[-1] is last, "first_fit stops at the first candidate that fits"
+        assert not any(c["fits"] for c in candidates[:-1]), routing
+    else:
+        assert not any(c["fits"] for c in candidates), "compaction only when nothing fits"
+        assert body["budget"]["history_dropped_messages"] > 0, body["budget"]
+    assert body["budget"]["capacity"] == last["capacity"], body["budget"]
+    assert body["budget"]["capacity_source"] == last["capacity_source"], body["budget"]
+    assert body["selection"]["tokenizer"] == last["tokenizer"], body["selection"]
+
+
+def _check_native(body: dict[str, Any]) -> None:
+    """Native history: the provider count is the history term; the final frame recounts exactly."""
+    budget = body["budget"]
+    selection = body["selection"]
+    provider = budget["provider_counted_tokens"]
+    assert budget["history_tokens"] == provider, budget
+    assert selection["native_history"] is True and selection["exact"] is False, selection
+    if "frame" not in body or body["render"] != "neutral":
+        return
+    probe = PrepareRequest(model=body["model"], assembly={"tokenizer": selection["tokenizer"]})
+    ctx = model_context(probe, ModelRegistry.load())
+    frame = Frame.model_validate(body["frame"])
+    recount = (
+        count_messages(frame.messages, ctx.counter, ctx.profile).tokens
+        + count_tools(frame.tools, ctx.counter, ctx.profile)
+        + ctx.profile.reply_priming
+    )
+    assert recount + provider == budget["total_input_tokens"], (recount, provider, budget)
+
+
+def _check_problem_candidates(expect: dict[str, Any], body: dict[str, Any]) -> None:
+    assert expect.get("chosen") is None, "a problem chooses no candidate"
+    candidates = body["candidates"]
+    for candidate in candidates:
+        assert candidate["shortfall_tokens"] > 0, candidate
+        assert candidate["needed_tokens"] - candidate["capacity"] == candidate["shortfall_tokens"]
+    assert [f"{c['model']}/window" for c in candidates] == expect["candidates"], candidates
+
+
 def _check(expect: dict[str, Any], http_status: int, body: dict[str, Any]) -> None:
     """Compare one answer (prepare, step or CLI output) with the expectations given."""
     assert set(expect) <= EXPECT_KEYS, f"unknown expect keys {set(expect) - EXPECT_KEYS}"
@@ -214,6 +281,8 @@ def _check(expect: dict[str, Any], http_status: int, body: dict[str, Any]) -> No
             assert needle in text, f"{needle!r} not mentioned in {text}"
         if "reasons" in expect:
             assert body["reasons"] == expect["reasons"], body
+        if "routing" in expect:
+            _check_problem_candidates(expect["routing"], body)
         return
     assert "code" not in body, f"unexpected problem: {body}"
     assert http_status == expect.get("status", 200), body
@@ -248,6 +317,15 @@ def _check(expect: dict[str, Any], http_status: int, body: dict[str, Any]) -> No
         _subset(message, messages[int(index)], f"messages[{index}]")
     if "data_order" in expect:
         assert [qid for qid, _ in _data_blocks(messages)] == expect["data_order"]
+    if "routing" in expect:
+        routing = body["selection"].get("routing")
+        if expect["routing"] is None:
+            assert routing is None, routing
+        else:
+            assert routing is not None, "the answer was not routed"
+            assert routing["chosen"] == expect["routing"]["chosen"], routing
+            got = [f"{c['model']}/{c['reason']}" for c in routing["candidates"]]
+            assert got == expect["routing"]["candidates"], routing
     if expect.get("invariants", True) and "selection" in body and "budget" in body:
         _check_invariants(body)
 

@@ -78,6 +78,7 @@ export interface BudgetReport {
   input_tokens: number;
   instructions_tokens: number;
   legacy_data_tokens: number;
+  provider_counted_tokens?: number | null;
   reasoning_reserve_tokens: number;
   remaining_tokens: number;
   response_reserve: number;
@@ -165,6 +166,24 @@ export interface ModelList {
   models: ModelInfo[];
 }
 
+/**
+ * The conversation is held by the provider (a previous response id, a server-side compacted
+ * item): the service never sees it and cannot hash, count or compact it.
+ *
+ * `provider_counted_tokens` is the provider's count of that held state: the tokens the
+ * provider adds to what this request sends (instructions, tools, data and input are sent fresh
+ * and counted by the service). It replaces the counted history in the budget.
+ * `opaque` (default true) says the held state may contain items whose content the service
+ * cannot know (compacted or encrypted items); it sets `selection.opaque_or_multimodal`.
+ */
+export interface NativeHistory {
+  native: true;
+  /** @default true */
+  opaque?: boolean;
+  /** minimum 0, maximum 100000000 */
+  provider_counted_tokens: number;
+}
+
 export interface Observation {
   cache_creation_input_tokens: number | null;
   cached_input_tokens: number | null;
@@ -208,20 +227,35 @@ export interface PreparationView {
   selection: SelectionReport;
 }
 
-/** The body of `POST /v1/prepare` and `POST /v1/budget`, and the CLI's input. */
+/**
+ * The body of `POST /v1/prepare` and `POST /v1/budget`, and the CLI's input.
+ *
+ * Give exactly one of `model` (one model, as always) or `models` (1..8 distinct candidates
+ * in preference order, managed routing; `routing` defaults to `{"policy": "first_fit"}` and
+ * is refused without `models`). With `models` each candidate's capacity comes from the model
+ * registry (else the fallback window), so `max_context_tokens` is refused as ambiguous: one
+ * host figure cannot be every candidate's window (`max_context_source` is then unused, as it
+ * is whenever `max_context_tokens` is absent). The response's `model` is the chosen
+ * candidate and the preparation is bound to it.
+ *
+ * `history` is either the message list (as always) or a `NativeHistory` object when
+ * the provider holds the conversation: the budget then takes `provider_counted_tokens` as the
+ * history term, and the frame carries no history messages (the provider-held state sits right
+ * after the leading instructions message; everything else is assembled fresh after it).
+ */
 export interface PrepareRequest {
   assembly?: AssemblyOptions | null;
   contributions?: Contribution[];
   contributors?: ContributorRef[];
-  history?: Message[];
+  history?: Message[] | NativeHistory;
   input?: Message[];
   /** @default "" */
   instructions?: string;
   /** @default "host" */
   max_context_source?: "host" | "provider";
   max_context_tokens?: number | null;
-  /** minLength 1, maxLength 256 */
-  model: string;
+  model?: string | null;
+  models?: string[] | null;
   plugins?: Plugin[];
   /** @default "neutral" */
   render?: "neutral" | "openai-chat" | "openai-responses" | "anthropic" | "gemini";
@@ -230,6 +264,7 @@ export interface PrepareRequest {
    * @default 4096
    */
   response_reserve?: number;
+  routing?: Routing | null;
   scope?: Scope;
   /** @default "UTC" */
   timezone?: string;
@@ -290,6 +325,49 @@ export interface RepairResponse {
   preparation_id: string;
 }
 
+/**
+ * Managed routing over `models`: `first_fit` takes the first candidate, in the request's
+ * preference order, whose window fits the fixed content, the protected closure and the reserves.
+ */
+export interface Routing {
+  /** @default "first_fit" */
+  policy?: "first_fit";
+}
+
+/**
+ * One candidate model that routing tried, and why it was or was not chosen.
+ *
+ * `needed_tokens` is what the request needs before any selection: fixed content + reserves +
+ * the protected closure, counted with this candidate's tokenizer and framing;
+ * `shortfall_tokens` is how much of it the window lacks (0 when it fits). `reason`:
+ * `fits` (chosen), `window` (does not fit), `fits_after_compaction` (chosen only after
+ * the request's `history_policy` dropped history, no candidate fitting without).
+ */
+export interface RoutingCandidate {
+  capacity: number;
+  capacity_source: "host" | "provider" | "registry" | "fallback";
+  fits: boolean;
+  model: string;
+  needed_tokens: number;
+  reason: "fits" | "window" | "fits_after_compaction";
+  shortfall_tokens: number;
+  tokenizer: "o200k_base" | "cl100k_base" | "estimate";
+}
+
+/**
+ * How managed routing chose the model (only for requests that give `models`).
+ *
+ * `candidates` lists every candidate tried, in preference order (`first_fit` stops at the
+ * first that fits). `pinned` is true on a refresh: it stays on the routed model.
+ */
+export interface RoutingReport {
+  candidates: RoutingCandidate[];
+  chosen: string;
+  /** @default false */
+  pinned?: boolean;
+  policy: "first_fit";
+}
+
 export interface Scope {
   account_id?: string | null;
   connector_accounts?: Record<string, string>;
@@ -304,8 +382,11 @@ export interface SelectionReport {
   exact: boolean;
   layout: "legacy" | "stable-prefix";
   max_data_tokens: number;
+  /** @default false */
+  native_history?: boolean;
   opaque_or_multimodal: boolean;
   reasoning_reserve_tokens: number;
+  routing?: RoutingReport | null;
   selected_data_tokens: number;
   sources: SourceReport[];
   tokenizer: "o200k_base" | "cl100k_base" | "estimate";

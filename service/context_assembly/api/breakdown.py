@@ -37,6 +37,19 @@ def _uncertainty(view: PreparationView) -> list[str]:
         notes.append(
             "The request holds images, files or opaque items: their counts are conservative guesses."
         )
+    if view.budget.provider_counted_tokens is not None:
+        notes.append(
+            f"The history is held by the provider: its {view.budget.provider_counted_tokens} "
+            "tokens are the provider's count, not this service's."
+        )
+    routing = view.selection.routing
+    if routing is not None:
+        tried = "; ".join(
+            f"{c.model} {c.reason} (needs {c.needed_tokens} of {c.capacity})"
+            for c in routing.candidates
+        )
+        pinned = ", pinned on refresh" if routing.pinned else ""
+        notes.append(f"Routed ({routing.policy}{pinned}) to {routing.chosen}: {tried}.")
     return notes
 
 

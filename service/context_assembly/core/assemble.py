@@ -17,6 +17,7 @@ from context_assembly.core.blocks import SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
     Capacity,
     FixedCosts,
+    count_history,
     fixed_costs,
     history_units,
     plan_drop_oldest,
@@ -79,8 +80,8 @@ def assemble(
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
 
-    history = list(request.history)
-    history_counts = [count_message(m, counter, profile) for m in history]
+    history = request.history_messages  # empty when the provider holds the history (native)
+    history_counts = count_history(request, counter, profile)
     fixed = fixed_costs(
         options.layout, texts, request.tools, history_counts, request.input, counter, profile
     )
@@ -194,9 +195,9 @@ def assemble(
         budget=budget,
         selection=manifest,
         fingerprint=fingerprint(
-            request.model, tenant, request.scope, request.render, placed.messages, placed.tools
+            request.model_name, tenant, request.scope, request.render, placed.messages, placed.tools
         ),
-        prefix_hash=prefix_hash(request.model, prefix, placed.tools),
+        prefix_hash=prefix_hash(request.model_name, prefix, placed.tools),
         prefix_tokens=prefix_tokens,
         input_hash=input_hash(request.input),
         instructions_hash=text_hash(request.instructions),

@@ -10,6 +10,9 @@
 
 ``instructions_tokens`` carries the once-per-request reply priming of the chat counting rule, so
 that the terms add up to ``total_input_tokens`` exactly.
+
+With a native (provider-held) history the history term is the request's
+``provider_counted_tokens``: one item the service cannot see, split or drop.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from context_assembly.core.counting import (
     count_tools,
 )
 from context_assembly.core.layout import LEADING_ROLE, PER_TURN_ROLE, Layout, Texts
-from context_assembly.core.request import Message, Tool
+from context_assembly.core.request import Message, PrepareRequest, Tool
 
 FALLBACK_CAPACITY = 128_000
 CapacitySource = Literal["host", "provider", "registry", "fallback"]
@@ -50,6 +53,16 @@ def resolve_capacity(
     if profile is not None and profile.context_window is not None:
         return Capacity(profile.context_window, "registry")
     return Capacity(FALLBACK_CAPACITY, "fallback")
+
+
+def count_history(
+    request: PrepareRequest, counter: TokenCounter, profile: ModelProfile
+) -> list[Counted]:
+    """The history term per message; a native history is one provider-counted item."""
+    native = request.native_history
+    if native is not None:
+        return [Counted(native.provider_counted_tokens, native.opaque)]
+    return [count_message(m, counter, profile) for m in request.history_messages]
 
 
 @dataclass(frozen=True, slots=True)

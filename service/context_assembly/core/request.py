@@ -18,9 +18,13 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 MAX_OPTION = 1_000_000
 
@@ -152,6 +156,38 @@ class Scope(Frozen):
     roles: list[StrictStr] = Field(default_factory=list)
 
 
+# --------------------------------------------------------------------------- history and routing
+
+
+class NativeHistory(Frozen):
+    """The conversation is held by the provider (a previous response id, a server-side compacted
+    item): the service never sees it and cannot hash, count or compact it.
+
+    ``provider_counted_tokens`` is the provider's count of that held state: the tokens the
+    provider adds to what this request sends (instructions, tools, data and input are sent fresh
+    and counted by the service). It replaces the counted history in the budget.
+    ``opaque`` (default true) says the held state may contain items whose content the service
+    cannot know (compacted or encrypted items); it sets ``selection.opaque_or_multimodal``.
+    """
+
+    native: Literal[True]
+    provider_counted_tokens: StrictInt = Field(ge=0, le=100_000_000)
+    opaque: StrictBool = True
+
+
+class Routing(Frozen):
+    """Managed routing over ``models``: ``first_fit`` takes the first candidate, in the request's
+    preference order, whose window fits the fixed content, the protected closure and the reserves.
+    """
+
+    policy: Literal["first_fit"] = "first_fit"
+
+
+ModelName = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+MAX_MODELS = 8
+_MESSAGES = TypeAdapter(list[Message])
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -180,10 +216,38 @@ DEFAULT_ASSEMBLY = AssemblyOptions()
 Render = Literal["neutral", "openai-chat", "openai-responses", "anthropic", "gemini"]
 
 
-class PrepareRequest(Frozen):
-    """The body of ``POST /v1/prepare`` and ``POST /v1/budget``, and the CLI's input."""
+def _field_error(field: str, message: str) -> ValidationError:
+    """A request-level rule reported at the field it concerns (``loc`` names the field)."""
+    return ValidationError.from_exception_data(
+        "PrepareRequest",
+        [
+            InitErrorDetails(
+                type=PydanticCustomError("request_rule", message), loc=(field,), input=None
+            )
+        ],
+    )
 
-    model: StrictStr = Field(min_length=1, max_length=256)
+
+class PrepareRequest(Frozen):
+    """The body of ``POST /v1/prepare`` and ``POST /v1/budget``, and the CLI's input.
+
+    Give exactly one of ``model`` (one model, as always) or ``models`` (1..8 distinct candidates
+    in preference order, managed routing; ``routing`` defaults to ``{"policy": "first_fit"}`` and
+    is refused without ``models``). With ``models`` each candidate's capacity comes from the model
+    registry (else the fallback window), so ``max_context_tokens`` is refused as ambiguous: one
+    host figure cannot be every candidate's window (``max_context_source`` is then unused, as it
+    is whenever ``max_context_tokens`` is absent). The response's ``model`` is the chosen
+    candidate and the preparation is bound to it.
+
+    ``history`` is either the message list (as always) or a ``NativeHistory`` object when
+    the provider holds the conversation: the budget then takes ``provider_counted_tokens`` as the
+    history term, and the frame carries no history messages (the provider-held state sits right
+    after the leading instructions message; everything else is assembled fresh after it).
+    """
+
+    model: StrictStr | None = Field(default=None, min_length=1, max_length=256)
+    models: list[ModelName] | None = Field(default=None, min_length=1, max_length=MAX_MODELS)
+    routing: Routing | None = None
     max_context_tokens: StrictInt | None = Field(default=None, ge=1, le=100_000_000)
     max_context_source: Literal["host", "provider"] = "host"
     response_reserve: StrictInt = Field(default=4096, ge=0, le=100_000_000)
@@ -191,7 +255,7 @@ class PrepareRequest(Frozen):
     instructions: StrictStr = ""
     plugins: list[Plugin] = Field(default_factory=list)
     tools: list[Tool] = Field(default_factory=list)
-    history: list[Message] = Field(default_factory=list)
+    history: list[Message] | NativeHistory = Field(default_factory=list)
     input: list[Message] = Field(default_factory=list)
     contributors: list[ContributorRef] = Field(default_factory=list)
     contributions: list[Contribution] = Field(default_factory=list)
@@ -199,6 +263,61 @@ class PrepareRequest(Frozen):
     scope: Scope = Field(default_factory=Scope)
     timezone: StrictStr = "UTC"
     render: Render = "neutral"
+
+    @field_validator("history", mode="wrap")
+    @classmethod
+    def _history(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # Dispatch by JSON type so that errors name ``history.<i>.<field>`` (or
+        # ``history.<field>``), not the members of a union.
+        if isinstance(value, dict):
+            return NativeHistory.model_validate(value)
+        if isinstance(value, NativeHistory):
+            return value
+        return _MESSAGES.validate_python(value)
+
+    @model_validator(mode="after")
+    def _model_or_models(self) -> PrepareRequest:
+        if (self.model is None) == (self.models is None):
+            raise _field_error("model", "give exactly one of 'model' or 'models'")
+        if self.models is None:
+            if self.routing is not None:
+                raise _field_error("routing", "'routing' is only allowed with 'models'")
+            return self
+        if len(set(self.models)) != len(self.models):
+            raise _field_error("models", "'models' must not name a model twice")
+        if self.max_context_tokens is not None:
+            raise _field_error(
+                "max_context_tokens",
+                "'max_context_tokens' is ambiguous with 'models': each candidate's window comes "
+                "from the model registry",
+            )
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The model of this request: ``model``, or before routing the first (preferred) candidate.
+
+        The engine assembles a routed request as a copy whose ``model`` is the chosen candidate.
+        """
+        if self.model is not None:
+            return self.model
+        assert self.models
+        return self.models[0]
+
+    @property
+    def candidates(self) -> list[str]:
+        """The models this request may be assembled for, in preference order."""
+        return list(self.models) if self.models is not None else [self.model_name]
+
+    @property
+    def native_history(self) -> NativeHistory | None:
+        """The provider-held history descriptor, or ``None`` when the history is a message list."""
+        return self.history if isinstance(self.history, NativeHistory) else None
+
+    @property
+    def history_messages(self) -> list[Message]:
+        """The history messages this request sends (none when the history is native)."""
+        return [] if isinstance(self.history, NativeHistory) else list(self.history)
 
     @property
     def options(self) -> AssemblyOptions:

@@ -2,6 +2,10 @@
 
 The manifest is detached metadata: ids, statuses, reasons and token counts; never block bodies
 and never raw revision values.
+
+Fields added for managed routing and native history (``budget.provider_counted_tokens``,
+``selection.native_history``, ``selection.routing``) are left out of the JSON when unused, so a
+single-model request with a message-list history answers byte for byte as before.
 """
 
 from __future__ import annotations
@@ -15,9 +19,50 @@ from context_assembly.core.select import Reason, Status
 from context_assembly.core.sources import SourceKind, SourceStatus
 
 
+def _unset(value: object) -> bool:
+    return value is None or value is False
+
+
+CapacitySource = Literal["host", "provider", "registry", "fallback"]
+Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
+
+
+class RoutingCandidate(Frozen):
+    """One candidate model that routing tried, and why it was or was not chosen.
+
+    ``needed_tokens`` is what the request needs before any selection: fixed content + reserves +
+    the protected closure, counted with this candidate's tokenizer and framing;
+    ``shortfall_tokens`` is how much of it the window lacks (0 when it fits). ``reason``:
+    ``fits`` (chosen), ``window`` (does not fit), ``fits_after_compaction`` (chosen only after
+    the request's ``history_policy`` dropped history, no candidate fitting without).
+    """
+
+    model: str
+    capacity: int
+    capacity_source: CapacitySource
+    tokenizer: Tokenizer
+    fits: bool
+    needed_tokens: int
+    shortfall_tokens: int
+    reason: Literal["fits", "window", "fits_after_compaction"]
+
+
+class RoutingReport(Frozen):
+    """How managed routing chose the model (only for requests that give ``models``).
+
+    ``candidates`` lists every candidate tried, in preference order (``first_fit`` stops at the
+    first that fits). ``pinned`` is true on a refresh: it stays on the routed model.
+    """
+
+    policy: Literal["first_fit"]
+    chosen: str
+    pinned: bool = False
+    candidates: list[RoutingCandidate]
+
+
 class BudgetReport(Frozen):
     capacity: int
-    capacity_source: Literal["host", "provider", "registry", "fallback"]
+    capacity_source: CapacitySource
     response_reserve: int
     reasoning_reserve_tokens: int
     instructions_tokens: int
@@ -30,6 +75,7 @@ class BudgetReport(Frozen):
     data_tokens: int
     total_input_tokens: int
     history_dropped_messages: int
+    provider_counted_tokens: int | None = Field(default=None, exclude_if=_unset)
 
 
 class BlockReport(Frozen):
@@ -60,9 +106,11 @@ class SelectionReport(Frozen):
     selected_data_tokens: int
     layout: Literal["legacy", "stable-prefix"]
     reasoning_reserve_tokens: int
-    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"]
+    tokenizer: Tokenizer
     exact: bool
     opaque_or_multimodal: bool
+    native_history: bool = Field(default=False, exclude_if=_unset)
+    routing: RoutingReport | None = Field(default=None, exclude_if=_unset)
 
 
 class PrepareResponse(Frozen):

@@ -41,6 +41,7 @@ __all__ = [
     "Message",
     "ModelInfo",
     "ModelList",
+    "NativeHistory",
     "Observation",
     "OpaquePart",
     "Plugin",
@@ -52,6 +53,9 @@ __all__ = [
     "RepairRequest",
     "RepairResponse",
     "Revision",
+    "Routing",
+    "RoutingCandidate",
+    "RoutingReport",
     "Scope",
     "SelectionReport",
     "SourceReport",
@@ -235,10 +239,31 @@ class AssemblyOptions(RequestModel):
     history_policy: HistoryPolicy = Field(default_factory=HistoryPolicy)
 
 
-class PrepareRequest(RequestModel):
-    """The body of ``prepare``, ``budget`` and ``refresh`` (SPEC §3.1)."""
+class NativeHistory(RequestModel):
+    """A conversation the provider holds (previous response id, compacted item), given as its
+    provider-counted size instead of messages."""
 
-    model: str
+    native: Literal[True]
+    provider_counted_tokens: int
+    opaque: bool = True
+
+
+class Routing(RequestModel):
+    """Managed routing over ``models``: the first candidate whose window fits."""
+
+    policy: Literal["first_fit"] = "first_fit"
+
+
+class PrepareRequest(RequestModel):
+    """The body of ``prepare``, ``budget`` and ``refresh`` (SPEC §3.1).
+
+    Give exactly one of ``model`` or ``models`` (candidates in preference order, with
+    ``routing``); ``history`` is a message list or a :class:`NativeHistory`.
+    """
+
+    model: str | None = None
+    models: list[str] | None = None
+    routing: Routing | None = None
     max_context_tokens: int | None = None
     max_context_source: Literal["host", "provider"] = "host"
     response_reserve: int = 4096
@@ -246,7 +271,7 @@ class PrepareRequest(RequestModel):
     instructions: str = ""
     plugins: list[Plugin] = Field(default_factory=list)
     tools: list[Tool] = Field(default_factory=list)
-    history: list[Message] = Field(default_factory=list)
+    history: list[Message] | NativeHistory = Field(default_factory=list)
     input: list[Message] = Field(default_factory=list)
     contributors: list[ContributorRef] = Field(default_factory=list)
     contributions: list[Contribution] = Field(default_factory=list)
@@ -304,6 +329,7 @@ class BudgetReport(ResponseModel):
     data_tokens: int
     total_input_tokens: int
     history_dropped_messages: int
+    provider_counted_tokens: int | None = None
 
 
 class BlockReport(ResponseModel):
@@ -343,6 +369,28 @@ class SourceReport(ResponseModel):
     block_count: int
 
 
+class RoutingCandidate(ResponseModel):
+    """One candidate routing tried: its window, what the request needs, and the outcome."""
+
+    model: str
+    capacity: int
+    capacity_source: Literal["host", "provider", "registry", "fallback"]
+    tokenizer: Literal["o200k_base", "cl100k_base", "estimate"]
+    fits: bool
+    needed_tokens: int
+    shortfall_tokens: int
+    reason: Literal["fits", "window", "fits_after_compaction"]
+
+
+class RoutingReport(ResponseModel):
+    """How managed routing chose the model (requests with ``models`` only)."""
+
+    policy: Literal["first_fit"]
+    chosen: str
+    pinned: bool = False
+    candidates: list[RoutingCandidate]
+
+
 class SelectionReport(ResponseModel):
     """The manifest: every block's decision, every source's outcome, and the totals."""
 
@@ -355,6 +403,8 @@ class SelectionReport(ResponseModel):
     tokenizer: Literal["o200k_base", "cl100k_base", "estimate"]
     exact: bool
     opaque_or_multimodal: bool
+    native_history: bool = False
+    routing: RoutingReport | None = None
 
 
 class PrepareResponse(ResponseModel):
