@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install.stamp
 
-.PHONY: install serve test redis lint typecheck bench openapi check clean
+.PHONY: install serve test redis lint typecheck bench examples openapi check clean
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ bench: install
 	$(BIN)/python bench/bench_counting.py
 	$(BIN)/python bench/bench_fanout.py
 	$(BIN)/python bench/bench_service.py
+
+examples: install
+	$(BIN)/python examples/run_all.py
 
 openapi: install
 	$(BIN)/python -m context_assembly.api.openapi_export openapi/openapi.json

@@ -327,6 +327,7 @@ class Preparations:
         history_hashes: list[str] | None = None,
     ) -> dict[str, Any]:
         webhook_sources = {t.source for t in collected.targets}
+        failed_sources = {o.source for o in collected.outcomes if not o.ok}
         return {
             "response": response.model_dump(mode="json", exclude={"frame"}),
             "model": ctx.model,
@@ -345,7 +346,13 @@ class Preparations:
             if history_hashes is not None
             else _message_hashes(request.history_messages),
             "selected_expiry": [list(item) for item in assembly.selected_expiry],
-            "revisions": {s: r for s, r in assembly.revisions if s in webhook_sources},
+            # Only sources that answered: a source omitted after a failure contributed nothing,
+            # so there is nothing of it for a later revision to make stale.
+            "revisions": {
+                s: r
+                for s, r in assembly.revisions
+                if s in webhook_sources and s not in failed_sources
+            },
             "contributors": [
                 ref.model_dump(mode="json", exclude_none=True) for ref in request.contributors
             ],
@@ -403,7 +410,12 @@ class Preparations:
     # ------------------------------------------------------------------ staleness
 
     async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
-        refs = [ContributorRef.model_validate(c) for c in record.data["contributors"]]
+        stored: Mapping[str, Revision | None] = record.data["revisions"]
+        refs = [
+            ContributorRef.model_validate(c)
+            for c in record.data["contributors"]
+            if c["source"] in stored  # sources that failed under "omit" entered nothing to check
+        ]
         if not refs:
             return []
         timeout = self.settings.limits.validate_timeout_ms / 1000.0
@@ -440,11 +452,10 @@ class Preparations:
                 for t in targets
             )
         )
-        stored: Mapping[str, Revision | None] = record.data["revisions"]
         for target, (status, revision) in zip(targets, answers, strict=True):
             if status != "ok":
                 reasons.append(f"revision_unavailable:{target.source}")
-            elif target.source in stored and revision != stored[target.source]:
+            elif revision != stored[target.source]:
                 reasons.append(f"revision_changed:{target.source}")
         return reasons
 

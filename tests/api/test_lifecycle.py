@@ -304,3 +304,27 @@ class TestTenancy:
             response = client.post("/v1/prepare", json=basic_request(), headers=headers)
             assert response.status_code == 401
             assert response.json()["code"] == "UNAUTHENTICATED"
+
+
+def test_a_source_omitted_at_prepare_is_not_checked_on_validate(make_client: AppFactory) -> None:
+    """A webhook that failed under 'omit' entered nothing, so validate does not query its revision."""
+    calls: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        packet = orjson.loads(request.content)
+        calls.append(packet["type"])
+        if packet["type"] == "contribute":
+            return httpx.Response(500)
+        return httpx.Response(200, json={"revision": "r9", "blocks": []})
+
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
+    )
+    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    prep = _prepare(client, body)
+    assert prep["selection"]["sources"][0]["status"] == "error"
+    response = _validate(client, prep)
+    assert response.status_code == 200, response.text
+    assert calls == ["contribute"]

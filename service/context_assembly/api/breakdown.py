@@ -53,6 +53,11 @@ def _uncertainty(view: PreparationView) -> list[str]:
     return notes
 
 
+def _n(value: int | None) -> str:
+    """A count, or "-" when the provider did not report it (never Python's "None")."""
+    return "-" if value is None else str(value)
+
+
 def render_text(view: PreparationView) -> str:
     """A fixed-width text breakdown."""
     b = view.budget
@@ -91,9 +96,9 @@ def render_text(view: PreparationView) -> str:
             lines.append(f"{name}: no usage report")
         else:
             lines.append(
-                f"{name}: {obs.provider}/{obs.call} input {obs.provider_input_tokens} "
-                f"(delta {obs.input_token_delta}) cached {obs.cached_input_tokens} "
-                f"cache-creation {obs.cache_creation_input_tokens} output {obs.output_tokens}"
+                f"{name}: {obs.provider}/{obs.call} input {_n(obs.provider_input_tokens)} "
+                f"(delta {_n(obs.input_token_delta)}) cached {_n(obs.cached_input_tokens)} "
+                f"cache-creation {_n(obs.cache_creation_input_tokens)} output {_n(obs.output_tokens)}"
             )
     lines += [f"note: {n}" for n in _uncertainty(view)]
     return "\n".join(lines) + "\n"
@@ -136,9 +141,9 @@ def render_html(view: PreparationView) -> str:
         + (
             "<td colspan=6>no usage report</td>"
             if obs is None
-            else f"<td>{e(obs.provider)}/{e(obs.call)}</td><td class=n>{obs.provider_input_tokens}</td>"
-            f"<td class=n>{obs.input_token_delta}</td><td class=n>{obs.cached_input_tokens}</td>"
-            f"<td class=n>{obs.cache_creation_input_tokens}</td><td class=n>{obs.output_tokens}</td>"
+            else f"<td>{e(obs.provider)}/{e(obs.call)}</td><td class=n>{_n(obs.provider_input_tokens)}</td>"
+            f"<td class=n>{_n(obs.input_token_delta)}</td><td class=n>{_n(obs.cached_input_tokens)}</td>"
+            f"<td class=n>{_n(obs.cache_creation_input_tokens)}</td><td class=n>{_n(obs.output_tokens)}</td>"
         )
         + "</tr>"
         for name, obs in (("last", acc.last), ("auxiliary", acc.auxiliary))

@@ -1,0 +1,131 @@
+"""``examples/run_all.py`` runs every example against one real service, and each prints the
+lines the README's "Examples" section says it prints."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ["selection", "dispatch_safety", "cache_aware", "contributor", "breakdown"]
+
+
+@pytest.fixture(scope="module")
+def sections() -> dict[str, str]:
+    """The output of one ``run_all.py`` run, split by example (``=== name`` headers)."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_all.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-4000:] + result.stderr[-4000:]
+    assert re.search(r"^service stopped cleanly; removed .*: True$", out, re.M), out[-2000:]
+    assert re.search(r"^all examples: ok in [\d.]+ s$", out, re.M)
+    found: dict[str, str] = {}
+    for name in EXAMPLES:
+        match = re.search(rf"^=== {name}\n(.*?)^=== {name}: ok in [\d.]+ s$", out, re.M | re.S)
+        assert match is not None, f"no output section for {name}"
+        found[name] = match.group(1)
+    # Bounded diagnostics: no example prints a long line (no block texts, no frames).
+    longest = max(len(line) for line in out.splitlines())
+    assert longest <= 200, longest
+    return found
+
+
+def test_selection(sections: dict[str, str]) -> None:
+    out = sections["selection"]
+    overflow = re.search(
+        r"^legacy view: 422 CONTEXT_OVERFLOW needed=(\d+) shortfall=(\d+) tokens$", out, re.M
+    )
+    assert overflow is not None and int(overflow.group(2)) > 0
+    assert int(overflow.group(1)) - int(overflow.group(2)) == 4000
+    assert re.search(r"^  in_context_memory/receipt: selected \(protected\) tokens=\d+", out, re.M)
+    assert re.search(r"^  in_context_memory/customer: selected \(fits\)", out, re.M)
+    assert re.search(r"^  in_context_memory/background: projected \(projection_fits\)", out, re.M)
+    budget = re.search(r"^budget: capacity=4000 reserve=512 data=(\d+)/(\d+) ", out, re.M)
+    assert budget is not None and int(budget.group(1)) <= int(budget.group(2)) == 1500
+
+
+def test_dispatch_safety(sections: dict[str, str]) -> None:
+    out = sections["dispatch_safety"]
+    assert re.search(r"^refresh: attempt=2 input_hash=sha256:\w{12} \(changed=True\)", out, re.M)
+    assert "second refresh: 409 CONTEXT_ASSEMBLY_STALE reasons=['refresh_used']" in out
+    assert "validate refreshed frame: valid=True" in out
+    assert (
+        "repair with a changed host prompt: 409 CONTEXT_ASSEMBLY_STALE "
+        "reasons=['instructions_changed']"
+    ) in out
+    assert re.search(
+        r"^repair with the original prompt: \d+ messages \(last roles assistant,user\)", out, re.M
+    )
+    after_wrap = out.split("after wrap_up report:")[1].split("after repair report:")[0]
+    assert "last:      wrap_up/chatcmpl-wrap-1" in after_wrap
+    assert "auxiliary: null" in after_wrap
+    after_repair = out.split("after repair report:")[1]
+    assert "last:      wrap_up/chatcmpl-wrap-1" in after_repair  # repair never overwrites last
+    assert re.search(
+        r"auxiliary: repair/chatcmpl-repair-1 provider_input=\d+ delta=3 ", after_repair
+    )
+    assert "same report_id again: unchanged=True" in out
+
+
+def test_cache_aware(sections: dict[str, str]) -> None:
+    out = sections["cache_aware"]
+    stable, legacy = out.split("layout legacy:")
+    turn = r"^  turn (\d): prefix_hash=[0-9a-f]{12} prefix_tokens=(\d+) total_input=(\d+) same_hash=(yes|no) previous_prefix_kept=(yes|no) share=(\d+)%$"
+    stable_turns = re.findall(turn, stable, re.M)
+    legacy_turns = re.findall(turn, legacy, re.M)
+    assert len(stable_turns) == len(legacy_turns) == 5
+    for number, _prefix, _total, _same, kept, share in stable_turns[1:]:
+        assert kept == "yes" and int(share) > 50, number
+    assert all(kept == "no" and share == "0" for *_, kept, share in legacy_turns)
+    prefixes = [int(t[1]) for t in stable_turns]
+    assert prefixes == sorted(prefixes)  # the stable prefix grows with the history
+    cached = re.findall(r"^  accounting: .* cached_input=(\d+) cache_creation=null$", out, re.M)
+    assert len(cached) == 2 and int(cached[0]) >= 1024 and cached[1] == "0"
+
+
+def test_contributor(sections: dict[str, str]) -> None:
+    out = sections["contributor"]
+    assert "  source notes: kind=webhook status=ok blocks=2" in out
+    assert "  block notes/sla: selected (fits)" in out
+    assert re.search(r"^contributor saw for notes: x-contributor-timeout-ms=(\d+) ", out, re.M)
+    assert "validate: valid=True" in out
+    assert (
+        "validate after a revision bump: 409 CONTEXT_ASSEMBLY_STALE ['revision_changed:notes']"
+        in out
+    )
+    assert "  source slow_notes: kind=webhook status=timeout blocks=0" in out
+    seen = re.search(r"^contributor saw for slow_notes: x-contributor-timeout-ms=(\d+) ", out, re.M)
+    assert seen is not None and 0 < int(seen.group(1)) <= 400
+    assert re.search(r"^slow_notes: function cancelled at the deadline after \d+ ms$", out, re.M)
+    assert "forged call (wrong signature): HTTP 401" in out
+    assert "unsigned call: HTTP 401" in out
+
+
+def test_breakdown(sections: dict[str, str]) -> None:
+    out = sections["breakdown"]
+    assert re.search(r"^preparation prep_\S+  model gpt-4o-mini  layout stable-prefix", out, re.M)
+    assert "blocks (7):" in out
+    for reason in (
+        "protected",
+        "dependency",
+        "fits",
+        "projection_fits",
+        "expired",
+        "missing_dependency",
+        "budget",
+    ):
+        assert re.search(rf"^  (selected|projected|omitted) +{reason} ", out, re.M), reason
+    assert re.search(r"^last: openai/main input \d+ \(delta 0\)", out, re.M)
+    assert "(html view: " in out
