@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python bench/bench_counting.py
 	$(BIN)/python bench/bench_fanout.py
 	$(BIN)/python bench/bench_service.py
+	$(BIN)/python bench/bench_load.py
 
 examples: install
 	$(BIN)/python examples/run_all.py

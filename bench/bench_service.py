@@ -112,12 +112,18 @@ async def load(url: str, body: bytes, concurrency: int, total: int) -> tuple[lis
             while remaining > 0:
                 remaining -= 1
                 started = time.perf_counter()
-                async with session.post(
-                    url, data=body, headers={"content-type": "application/json"}
-                ) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        errors += 1
+                try:
+                    async with session.post(
+                        url,
+                        data=body,
+                        headers={"content-type": "application/json"},
+                        timeout=aiohttp.ClientTimeout(total=30),
+                    ) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            errors += 1
+                except (aiohttp.ClientError, TimeoutError):
+                    errors += 1  # a failed request is an error, not a crash of the benchmark
                 latencies.append(time.perf_counter() - started)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
