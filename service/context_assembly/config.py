@@ -7,6 +7,8 @@ combinations at start-up (authentication off on a non-loopback bind, SQLite with
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from pathlib import Path
@@ -67,6 +69,26 @@ class ContributorSettings(_Section):
     secret: SecretStr | None = None
     failure_policy: Literal["fail", "omit"] = "fail"
     tenants: list[str] | None = None
+
+    @field_validator("secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # Refuse a bad secret at start-up rather than with a 500 on the first prepare. Stricter
+        # than the signing library (which pads and skips invalid characters): "whsec_", strict
+        # base64, at least 16 key bytes. The error never echoes the value.
+        if value is None:
+            return None
+        raw = value.get_secret_value()
+        body = raw.removeprefix("whsec_")
+        try:
+            key = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            key = b""
+        if not raw.startswith("whsec_") or len(key) < 16:
+            raise ValueError(
+                "secret must be 'whsec_' followed by strict base64 of at least 16 bytes"
+            )
+        return value
 
 
 class InlineUrlSettings(_Section):

@@ -27,7 +27,7 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,7 +45,7 @@ from context_assembly.contributors.calls import (
 )
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
 from context_assembly.core.assemble import Assembly
-from context_assembly.core.blocks import parse_timestamp
+from context_assembly.core.blocks import check_source_blocks, parse_timestamp
 from context_assembly.core.counting import count_messages, count_tools
 from context_assembly.core.fingerprint import digest, input_hash, prefix_hash, text_hash
 from context_assembly.core.frame import Frame
@@ -130,6 +130,25 @@ def _native(request: PrepareRequest) -> dict[str, Any] | None:
 
 def _message_hashes(messages: Sequence[Message]) -> list[str]:
     return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
+
+
+def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
+    """Apply the per-source block rules of SPEC §5.1 to one contributor's answer.
+
+    A contributor whose blocks break them (an empty or over-long id, a control character, text
+    over ``max_block_characters``, priority out of range, an unqualified dependency, a bad expiry,
+    a duplicate id) gave an invalid answer: the outcome becomes ``invalid`` and its failure policy
+    decides (``omit`` drops the source, ``fail`` fails the prepare with CONTRIBUTOR_FAILED), so
+    one bad optional contributor cannot break every prepare. Rules across sources (cycles,
+    ``max_blocks``, protected closures) are checked later over all sources together.
+    """
+    if not outcome.ok:
+        return outcome
+    try:
+        check_source_blocks(outcome.source, outcome.blocks, request.options)
+    except InvalidError as err:
+        return replace(outcome, status="invalid", blocks=(), cause=f"block rules: {err.detail}")
+    return outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +282,7 @@ class Preparations:
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
             )
+            outcomes = [_check_blocks(o, request) for o in outcomes]
             raise_for_failures(outcomes, targets)
         used_ms = (self.clock.monotonic() - start) * 1000.0
         by_source = {o.source: o for o in outcomes}

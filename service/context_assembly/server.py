@@ -35,7 +35,13 @@ def _settings(config: str | None, overrides: dict[str, object]) -> Settings:
         base = load_settings(config)
         merged = {**base.server.model_dump(), **server}
         return load_settings(config, server=merged)
-    except (ValidationError, FileNotFoundError, ValueError) as err:
+    except ValidationError as err:
+        # Field locations and messages only: an input value could be a secret.
+        for item in err.errors(include_input=False, include_url=False):
+            loc = ".".join(str(p) for p in item["loc"]) or "(settings)"
+            print(f"context-assembly: invalid configuration: {loc}: {item['msg']}", file=sys.stderr)
+        raise SystemExit(2) from err
+    except (FileNotFoundError, ValueError) as err:
         print(f"context-assembly: invalid configuration: {err}", file=sys.stderr)
         raise SystemExit(2) from err
 

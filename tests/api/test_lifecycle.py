@@ -328,3 +328,33 @@ def test_a_source_omitted_at_prepare_is_not_checked_on_validate(make_client: App
     response = _validate(client, prep)
     assert response.status_code == 200, response.text
     assert calls == ["contribute"]
+
+
+def test_blocks_breaking_the_rules_are_an_invalid_contribution(make_client: AppFactory) -> None:
+    """A contributor whose blocks break §5.1 is 'invalid': omit drops it, fail answers 502."""
+    bad = {
+        "revision": "r1",
+        "blocks": [{"id": "a", "text": "x"}, {"id": "a", "text": "y", "priority": 5000}],
+    }
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=bad)
+
+    for policy, status in (("omit", 200), ("fail", 502)):
+        client = make_client(
+            contributor_transport=httpx.MockTransport(handler),
+            contributors={
+                "hook": {"url": "http://contributor.test/hook", "failure_policy": policy}
+            },
+        )
+        body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+        body["plugins"] = [*body["plugins"], {"name": "docs"}]
+        response = client.post("/v1/prepare", json=body)
+        assert response.status_code == status, response.text
+        if policy == "omit":
+            docs = [s for s in response.json()["selection"]["sources"] if s["source"] == "docs"]
+            assert docs[0]["status"] == "invalid" and docs[0]["block_count"] == 0
+        else:
+            problem = response.json()
+            assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "docs"
+            assert "block rules" in problem["cause"]

@@ -29,9 +29,12 @@ class InternalError(ServiceError):
     """An unexpected failure: reported without internals (the log has the request id)."""
 
 
-def problem_response(err: ServiceError, instance: str | None = None) -> Response:
-    """The problem+json response of ``err``."""
-    headers = {"WWW-Authenticate": 'Bearer realm="context-assembly"'} if err.status == 401 else None
+def problem_response(
+    err: ServiceError, instance: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    """The problem+json response of ``err`` (with ``headers``, e.g. ``Allow`` on a 405)."""
+    if err.status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="context-assembly"'}
     return Response(
         orjson.dumps(err.to_problem(instance)),
         status_code=err.status,
@@ -71,7 +74,8 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        return problem_response(_from_http(exc), request.url.path)
+        # Keep Starlette's headers: a 405 carries the Allow header (RFC 9110 §15.5.6).
+        return problem_response(_from_http(exc), request.url.path, dict(exc.headers or {}))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled_error", path=request.url.path, error_type=type(exc).__name__)

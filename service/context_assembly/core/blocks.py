@@ -140,6 +140,20 @@ def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
     )
 
 
+def check_source_blocks(source: str, blocks: Iterable[Block], options: AssemblyOptions) -> None:
+    """The per-source rules of SPEC §5.1 for one source's blocks (no cross-source rule).
+
+    Raises:
+        InvalidError: naming the offending block, as ``build_graph`` would.
+    """
+    seen: set[str] = set()
+    for block in blocks:
+        node = _check_block(source, block, options)
+        if node.qid in seen:
+            raise _invalid(f"duplicate block id {node.qid!r}", [node.qid], "id")
+        seen.add(node.qid)
+
+
 def build_graph(sources: Iterable[SourceBlocks], options: AssemblyOptions) -> dict[str, Node]:
     """Validate every block and return the graph keyed by qualified id.
 
