@@ -30,7 +30,7 @@ summed to choose, one exact count confirms), the last choices are dropped, not r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -92,7 +92,7 @@ class Selection:
     order: tuple[str, ...]  # qualified ids that entered, in selection order
     data_content: str | None  # the data message content; None when no block entered
     data_tokens: int  # exact tokens of the data message (framing included); 0 without one
-    source_tokens: Mapping[str, int]  # exact tokens of each source segment that entered
+    source_tokens: Mapping[str, int]  # exact tokens of each entered source segment with a limit
     trimmed: int  # optional choices dropped after the exact count
 
 
@@ -121,8 +121,10 @@ class _Plan:
 
     __slots__ = (
         "deps",
+        "expiries",
         "full",
         "message",
+        "missing_deps",
         "nodes",
         "proj",
         "qids",
@@ -168,6 +170,9 @@ class _Plan:
         # Each separator comma is charged one token (see the wrapper comment above).
         self.full: list[int] = [full + 1 for full, _ in counts]
         self.proj: list[int] = [proj + 1 if proj >= 0 else -1 for _, proj in counts]
+        # For the availability fast path: any dependency outside the graph, any expiry at all.
+        self.missing_deps = sum(map(len, self.deps)) != sum([len(node.deps) for node in nodes])
+        self.expiries = [node.expires_at for node in nodes if node.expires_at is not None]
 
     def piece(self, i: int, projected: bool) -> str:
         block = self.nodes[i].block
@@ -380,7 +385,10 @@ def select(
         ContextOverflowError: the protected closure fits the data budget but not the window left.
     """
     plan = _Plan(graph, counter, profile, sources)
-    unavailable = _availability(graph, now, failed_sources)
+    if plan.missing_deps or any(moment <= now for moment in plan.expiries):
+        unavailable = _availability(graph, now, failed_sources)
+    else:
+        unavailable = {}  # the common case: nothing expired, every dependency present
     protected_qids = _protected_closure(graph, unavailable, failed_sources)
     index = {qid: i for i, qid in enumerate(plan.qids)}
     limits = [source_limits.get(name, -1) for name in plan.source_names]
@@ -493,7 +501,9 @@ def select(
         if not admitted:
             state[i] = _OMIT
 
-    content, data_tokens, source_tokens = _render(plan, order, state, counter, profile)
+    content, data_tokens, source_tokens = _render(
+        plan, order, state, counter, profile, source_limits
+    )
     trimmed = 0
     while True:
         over_sources = [
@@ -515,17 +525,47 @@ def select(
             "source_budget" if over_sources and data_tokens <= data_limit else "budget"
         )
         _undo(choices.pop(), run, order, trim_reason)
-        content, data_tokens, source_tokens = _render(plan, order, state, counter, profile)
+        content, data_tokens, source_tokens = _render(
+            plan, order, state, counter, profile, source_limits
+        )
 
-    decisions: dict[str, Decision] = {}
-    for i, qid in enumerate(plan.qids):
-        view = state[i]
-        proj_tokens = proj[i] if proj[i] >= 0 else None
-        tokens = full[i] if view == _FULL else (proj[i] if view == _PROJ else 0)
-        decisions[qid] = Decision(_STATUS[view], reason[i], tokens, full[i], proj_tokens)
+    decisions = _Decisions(index, bytes(state), tuple(reason), plan.full, plan.proj)
     return Selection(
         decisions, tuple(plan.qids[i] for i in order), content, data_tokens, source_tokens, trimmed
     )
+
+
+class _Decisions(Mapping[str, Decision]):
+    """The decisions, by qualified id, built on access from the run's final arrays.
+
+    Most callers read every decision once (the manifest); building 2,048 tuples up front cost
+    as much as the whole greedy loop.
+    """
+
+    __slots__ = ("_full", "_index", "_proj", "_reason", "_state")
+
+    def __init__(
+        self,
+        index: Mapping[str, int],
+        state: bytes,
+        reason: Sequence[Reason],
+        full: Sequence[int],
+        proj: Sequence[int],
+    ) -> None:
+        self._index, self._state, self._reason = index, state, reason
+        self._full, self._proj = full, proj
+
+    def __getitem__(self, qid: str) -> Decision:
+        i = self._index[qid]
+        view, full, proj = self._state[i], self._full[i], self._proj[i]
+        tokens = full if view == _FULL else (proj if view == _PROJ else 0)
+        return Decision(_STATUS[view], self._reason[i], tokens, full, proj if proj >= 0 else None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 def _undo(choice: _Choice, run: _Run, order: list[int], why: Reason) -> None:
@@ -547,8 +587,10 @@ def _render(
     state: bytearray,
     counter: TokenCounter,
     profile: ModelProfile,
+    source_limits: Mapping[str, int],
 ) -> tuple[str | None, int, dict[str, int]]:
-    """The data message content, its exact token count and each source segment's exact count."""
+    """The data message content, its exact token count, and the exact count of each entered
+    source segment that has a limit (the only ones a limit check needs)."""
     by_source: dict[int, list[str]] = {}
     for i in order:
         by_source.setdefault(plan.src[i], []).append(plan.piece(i, state[i] == _PROJ))
@@ -562,6 +604,7 @@ def _render(
             continue
         segment = _source_open(name) + ",".join(pieces) + DATA_CLOSE
         segments.append(segment)
-        source_tokens[name] = counter.count(segment)
+        if name in source_limits:
+            source_tokens[name] = counter.count(segment)
     content = DATA_OPEN + ",".join(segments) + DATA_CLOSE
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
