@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 import redis
-from bench_service import BIN, free_port, load, pct, start, stop
+from bench_service import BIN, free_port, load, pct, start, start_contributor, stop
 
 REQUESTS = {1: 150, 16: 600, 64: 900}
 
@@ -39,24 +39,7 @@ def request_body() -> bytes:
 def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="ca-load-"))
     prefix = f"ca-load-{secrets.token_hex(4)}:"
-    contrib_port = free_port()
-    contributor = start(
-        [
-            str(BIN / "uvicorn"),
-            "loopback_contributor:app",
-            "--port",
-            str(contrib_port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-        ],
-        contrib_port,
-        "/",
-    )
+    contributor, contrib_port = start_contributor()
     body = request_body()
     try:
         print("prepare with 4 contributors answering in 10 ms, Redis store")

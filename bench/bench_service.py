@@ -65,6 +65,14 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+def start_contributor() -> tuple[subprocess.Popen[bytes], int]:
+    """The loopback contributor (bench/loopback_contributor.py) on a free port."""
+    port = free_port()
+    cmd = [str(BIN / "uvicorn"), "loopback_contributor:app", "--port", str(port), "--log-level", "warning",
+           "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
+    return start(cmd, port, "/"), port
+
+
 def inline_request() -> bytes:
     blocks = [
         {
@@ -139,26 +147,8 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     folder = Path(tempfile.mkdtemp(prefix="ca-bench-"))
     try:
-        contrib_port = free_port()
-        procs.append(
-            start(
-                [
-                    str(BIN / "uvicorn"),
-                    "loopback_contributor:app",
-                    "--port",
-                    str(contrib_port),
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                ],
-                contrib_port,
-                "/",
-            )
-        )
+        contributor, contrib_port = start_contributor()
+        procs.append(contributor)
         svc_port = free_port()
         lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
         for i in range(8):
