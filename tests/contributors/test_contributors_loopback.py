@@ -263,3 +263,43 @@ async def test_cancelling_the_fan_out_closes_the_contributor_connections(
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+
+
+# Every fault fixture with its expected outcome, and what each failure policy makes of it.
+FAULT_MATRIX = [
+    (
+        {"behaviour": "ok", "delay": 1.0},
+        "timeout",
+        AssemblyTimeoutError,
+    ),  # latency past the deadline
+    ({"behaviour": "drip"}, "timeout", AssemblyTimeoutError),
+    ({"behaviour": "slow_headers", "interval": 0.2}, "timeout", AssemblyTimeoutError),
+    ({"behaviour": "reset"}, "error", ContributorFailedError),
+    ({"behaviour": "oversize"}, "too_large", ContributorFailedError),
+    ({"behaviour": "invalid_json"}, "invalid", ContributorFailedError),
+    ({"behaviour": "ok", "status": 500}, "error", ContributorFailedError),
+]
+
+
+@pytest.mark.parametrize(("fault", "status", "error"), FAULT_MATRIX, ids=lambda v: str(v))
+@pytest.mark.parametrize("policy", ["fail", "omit"])
+async def test_every_fault_under_both_failure_policies(
+    client: httpx.AsyncClient,
+    fields: PacketFields,
+    fault: dict[str, Any],
+    status: str,
+    error: type[Exception],
+    policy: str,
+) -> None:
+    """Each fault settles with its status in time; 'fail' raises its error, 'omit' keeps going."""
+    async with FaultServer(**fault) as server:
+        target = registered(server, failure_policy=policy)  # type: ignore[arg-type]
+        outcomes, elapsed = await fan_out(client, fields, [target])
+    assert [o.status for o in outcomes] == [status]
+    assert elapsed <= DEADLINE + SLACK
+    if policy == "fail":
+        with pytest.raises(error) as info:
+            raise_for_failures(outcomes, [target])
+        assert "memory" in str(info.value)
+    else:
+        raise_for_failures(outcomes, [target])  # omit: the manifest reports it, nothing raises
