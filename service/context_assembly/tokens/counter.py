@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, cast
 
 from context_assembly.core.counting import TokenCounter, TokenizerName, block_piece
 from context_assembly.core.request import Block
@@ -201,38 +201,41 @@ class CachedCounter:
         keyed SipHash to collide (per pair about 2^-64), so one hash of each text suffices here.
         """
         name, cache, inner = self._name, self._cache, self._inner
-        young_get = cache._young.get
-        out: list[tuple[int, int]] = []
-        hits = 0
-        for block in blocks:
-            text, projection = block.text, block.projection
-            key: CacheKey = (
+        # Comprehensions over the whole batch (this runs for every block on every request): keys,
+        # then one lookup each in the young generation; only the misses go the slow way.
+        keys: list[CacheKey] = [
+            (
                 name,
                 block.id,
-                len(text),
-                hash(text),
-                -1 if projection is None else len(projection),
-                0 if projection is None else hash(projection),
+                len(block.text),
+                hash(block.text),
+                -1 if block.projection is None else len(block.projection),
+                0 if block.projection is None else hash(block.projection),
             )
-            found = young_get(key)
-            if found is None:
-                found = cache.get(key)
-                if found is None:
-                    full = inner.count(block_piece(block.id, text, False))
-                    proj = (
-                        -1
-                        if projection is None
-                        else inner.count(block_piece(block.id, projection, True))
-                    )
-                    found = (full, proj)
-                    cache.put(key, found)
-                young_get = cache._young.get  # a put may have rotated the generations
-            else:
-                hits += 1
-            assert isinstance(found, tuple)
-            out.append(found)
-        cache._hits += hits
-        return out
+            for block in blocks
+        ]
+        young_get = cache._young.get
+        found = [young_get(key) for key in keys]
+        misses = 0
+        for i, value in enumerate(found):
+            if value is not None:
+                continue
+            misses += 1
+            key = keys[i]
+            value = cache.get(key)
+            if value is None:
+                block = blocks[i]
+                full = inner.count(block_piece(block.id, block.text, False))
+                proj = (
+                    -1
+                    if block.projection is None
+                    else inner.count(block_piece(block.id, block.projection, True))
+                )
+                value = (full, proj)
+                cache.put(key, value)
+            found[i] = value
+        cache._hits += len(keys) - misses
+        return cast("list[tuple[int, int]]", found)
 
     def cache_info(self) -> CacheInfo:
         """Hits, misses and size of the underlying cache (shared caches report shared totals)."""
