@@ -177,3 +177,33 @@ def test_committed_openapi_matches_the_app() -> None:
     """openapi/openapi.json is what `make openapi` would write now (no drift)."""
     committed = (ROOT / "openapi" / "openapi.json").read_bytes()
     assert committed == render(), "run `make openapi` and commit openapi/openapi.json"
+
+
+def test_expired_records_are_purged_from_sqlite(
+    make_client: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app deletes expired SQLite records in the background, so the file does not grow forever."""
+    import sqlite3
+    import time
+
+    from api_support import FakeWall
+
+    from context_assembly.api import app as app_module
+
+    monkeypatch.setattr(app_module, "PURGE_INTERVAL_SECONDS", 0.05)
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+    database = next(tmp_path.glob("db*.db"))
+
+    def rows() -> int:
+        with sqlite3.connect(database) as conn:
+            count: int = conn.execute("SELECT COUNT(*) FROM preparations").fetchone()[0]
+            return count
+
+    assert rows() == 1
+    wall.now += 3601  # past the default TTL
+    deadline = time.monotonic() + 5
+    while rows() and time.monotonic() < deadline:  # bounded polling: the purge runs every 50 ms
+        time.sleep(0.05)
+    assert rows() == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 import threading
@@ -24,6 +25,7 @@ from context_assembly.api.routes import ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import create_client
 from context_assembly.contributors.ssrf import Resolver
+from context_assembly.errors import StoreUnavailableError
 from context_assembly.metrics import Metrics
 from context_assembly.preparations import Clock, Preparations
 from context_assembly.storage import Store, open_store
@@ -31,6 +33,23 @@ from context_assembly.tokens.counter import get_counter
 from context_assembly.tokens.registry import ModelRegistry
 
 log = structlog.get_logger("context_assembly.app")
+
+
+PURGE_INTERVAL_SECONDS = 60.0
+
+
+async def _purge_expired(store: Store, clock: Clock) -> None:
+    """Delete expired records once a minute (SQLite keeps them until purged; Redis expires keys
+    itself and answers 0). A failure is logged and retried next time, never fatal."""
+    while True:
+        await asyncio.sleep(PURGE_INTERVAL_SECONDS)
+        try:
+            removed = await store.purge_expired(clock.wall())
+        except StoreUnavailableError:
+            log.warning("purge_failed")
+            continue
+        if removed:
+            log.info("purged", records=removed)
 
 
 def _operation_id(route: APIRoute) -> str:
@@ -79,10 +98,14 @@ def create_app(
         loop = asyncio.get_running_loop()
         if config_path is not None and threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)
+        purge = asyncio.create_task(_purge_expired(the_store, clock or Clock()))
         log.info("started", store=settings.store.backend, version=__version__)
         try:
             yield
         finally:
+            purge.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await purge
             if config_path is not None and threading.current_thread() is threading.main_thread():
                 loop.remove_signal_handler(signal.SIGHUP)
             if own_client:

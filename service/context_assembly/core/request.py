@@ -323,8 +323,3 @@ class PrepareRequest(Frozen):
     def options(self) -> AssemblyOptions:
         """The assembly options in force (the defaults when the request gives none)."""
         return self.assembly if self.assembly is not None else DEFAULT_ASSEMBLY
-
-    @property
-    def has_sources(self) -> bool:
-        """Whether any source is replaced by contributed blocks in this request."""
-        return bool(self.contributors or self.contributions or self.whiteboard is not None)
