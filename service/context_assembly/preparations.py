@@ -259,11 +259,8 @@ class Preparations:
         targets = await self._targets(tenant, request.contributors, deadline)
         outcomes: list[ContributorOutcome] = []
         if targets:
-            if budget_ms <= 0:
-                raise AssemblyTimeoutError(
-                    "no contributor time is left in this preparation's timeout_ms",
-                    sources=[t.source for t in targets],
-                )
+            # With no time left (a refresh after a slow prepare), every call settles as
+            # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
             fields = PacketFields(
                 preparation_id=preparation_id,
                 model=model if model is not None else request.model_name,

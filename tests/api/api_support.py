@@ -40,6 +40,7 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         auth: bool = False,
         wall: FakeWall | None = None,
         contributor_transport: httpx.MockTransport | None = None,
+        monotonic: Callable[[], float] | None = None,
         **overrides: Any,
     ) -> TestClient:
         settings_kw: dict[str, Any] = {
@@ -58,7 +59,9 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         client = None
         if contributor_transport is not None:
             client = httpx.AsyncClient(transport=contributor_transport, follow_redirects=False)
-        clock = Clock(wall=wall) if wall is not None else None
+        clock = None
+        if wall is not None or monotonic is not None:
+            clock = Clock(wall=wall or Clock().wall, monotonic=monotonic or Clock().monotonic)
         app = create_app(settings, client=client, clock=clock)
         test_client = TestClient(app, raise_server_exceptions=False)
         test_client.__enter__()

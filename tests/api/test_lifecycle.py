@@ -358,3 +358,29 @@ def test_blocks_breaking_the_rules_are_an_invalid_contribution(make_client: AppF
             problem = response.json()
             assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "docs"
             assert "block rules" in problem["cause"]
+
+
+def test_refresh_with_no_time_left_follows_the_failure_policy(make_client: AppFactory) -> None:
+    """A refresh whose timeout_ms is used up skips 'omit' webhooks (skipped_deadline), no 504."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]})
+
+    ticks = iter(range(10**6))
+
+    def monotonic() -> float:
+        return next(ticks) * 0.010  # every reading is 10 ms later
+
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
+        monotonic=monotonic,
+    )
+    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    body["assembly"] = {"timeout_ms": 20}  # the prepare's clock readings use up the allowance
+    prep = _prepare(client, body)
+    refreshed = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=body)
+    assert refreshed.status_code == 200, refreshed.text
+    docs = [s for s in refreshed.json()["selection"]["sources"] if s["source"] == "docs"]
+    assert docs[0]["status"] == "skipped_deadline"
