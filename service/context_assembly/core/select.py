@@ -174,6 +174,15 @@ class _Plan:
         self.missing_deps = sum(map(len, self.deps)) != sum([len(node.deps) for node in nodes])
         self.expiries = [node.expires_at for node in nodes if node.expires_at is not None]
 
+    def unavailable(
+        self, graph: Mapping[str, Node], now: datetime, failed_sources: frozenset[str]
+    ) -> dict[str, Reason]:
+        """Blocks that cannot enter (see ``_availability``); the common case, nothing expired
+        and every dependency present, is answered from facts the plan already gathered."""
+        if self.missing_deps or any(moment <= now for moment in self.expiries):
+            return _availability(graph, now, failed_sources)
+        return {}
+
     def piece(self, i: int, projected: bool) -> str:
         block = self.nodes[i].block
         if projected:
@@ -191,14 +200,6 @@ def _availability(
     after all of its dependencies.
     """
     reasons: dict[str, Reason] = {}
-    # The common case, checked in one cheap pass: nothing expired and no dependency missing.
-    for node in graph.values():
-        if node.expires_at is not None and node.expires_at <= now:
-            break
-        if node.deps and not all(d in graph for d in node.deps):
-            break
-    else:
-        return reasons
     waiting = {qid: sum(1 for d in node.deps if d in graph) for qid, node in graph.items()}
     ready = [qid for qid, n in waiting.items() if n == 0]
     while ready:
@@ -347,7 +348,7 @@ def protected_demand(
     if not any(node.block.protected for node in graph.values()):
         return 0
     plan = _Plan(graph, counter, profile, sources)
-    unavailable = _availability(graph, now, failed_sources)
+    unavailable = plan.unavailable(graph, now, failed_sources)
     protected = _protected_closure(graph, unavailable, failed_sources)
     index = {qid: i for i, qid in enumerate(plan.qids)}
     total, _ = _Run(plan).delta([index[q] for q in protected], None, False)
@@ -385,10 +386,7 @@ def select(
         ContextOverflowError: the protected closure fits the data budget but not the window left.
     """
     plan = _Plan(graph, counter, profile, sources)
-    if plan.missing_deps or any(moment <= now for moment in plan.expiries):
-        unavailable = _availability(graph, now, failed_sources)
-    else:
-        unavailable = {}  # the common case: nothing expired, every dependency present
+    unavailable = plan.unavailable(graph, now, failed_sources)
     protected_qids = _protected_closure(graph, unavailable, failed_sources)
     index = {qid: i for i, qid in enumerate(plan.qids)}
     limits = [source_limits.get(name, -1) for name in plan.source_names]
