@@ -123,10 +123,12 @@ class _Plan:
         "deps",
         "expiries",
         "full",
+        "index",
         "message",
         "missing_deps",
         "nodes",
         "proj",
+        "protected_roots",
         "qids",
         "source_names",
         "src",
@@ -150,7 +152,7 @@ class _Plan:
         self.wrapper = [count(_source_open(name)) + close + 1 for name in self.source_names]
         self.nodes = sorted(graph.values(), key=_RANK)
         self.qids = [node.qid for node in self.nodes]
-        index = {qid: i for i, qid in enumerate(self.qids)}
+        self.index = index = {qid: i for i, qid in enumerate(self.qids)}
         nodes = self.nodes
         blocks = [node.block for node in nodes]
         # Counters with a block cache (tokens/counter.py) cost all blocks in one call, one cache
@@ -173,6 +175,8 @@ class _Plan:
         # For the availability fast path: any dependency outside the graph, any expiry at all.
         self.missing_deps = sum(map(len, self.deps)) != sum([len(node.deps) for node in nodes])
         self.expiries = [node.expires_at for node in nodes if node.expires_at is not None]
+        # Protected roots in qualified-id order (the closure walk and error messages use it).
+        self.protected_roots = sorted([b.qid for b in nodes if b.block.protected])
 
     def unavailable(
         self, graph: Mapping[str, Node], now: datetime, failed_sources: frozenset[str]
@@ -226,9 +230,15 @@ def _availability(
 
 
 def _protected_closure(
-    graph: Mapping[str, Node], unavailable: Mapping[str, Reason], failed_sources: frozenset[str]
+    graph: Mapping[str, Node],
+    roots: Sequence[str],
+    unavailable: Mapping[str, Reason],
+    failed_sources: frozenset[str],
 ) -> list[str]:
-    roots = sorted(q for q, n in graph.items() if n.block.protected)
+    """The protected roots (sorted qualified ids) and their whole dependency closure, in rank
+    order; raises when a member is missing or expired."""
+    if not roots:
+        return []
     seen: set[str] = set()
     for root in roots:
         stack = [(root, root)]
@@ -349,8 +359,8 @@ def protected_demand(
         return 0
     plan = _Plan(graph, counter, profile, sources)
     unavailable = plan.unavailable(graph, now, failed_sources)
-    protected = _protected_closure(graph, unavailable, failed_sources)
-    index = {qid: i for i, qid in enumerate(plan.qids)}
+    protected = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
+    index = plan.index
     total, _ = _Run(plan).delta([index[q] for q in protected], None, False)
     return total
 
@@ -387,13 +397,13 @@ def select(
     """
     plan = _Plan(graph, counter, profile, sources)
     unavailable = plan.unavailable(graph, now, failed_sources)
-    protected_qids = _protected_closure(graph, unavailable, failed_sources)
-    index = {qid: i for i, qid in enumerate(plan.qids)}
+    protected_qids = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
+    index = plan.index
     limits = [source_limits.get(name, -1) for name in plan.source_names]
     run = _Run(plan)
     state, reason = run.state, run.reason
     protected = [index[q] for q in protected_qids]
-    roots = sorted(q for q in protected_qids if graph[q].block.protected)
+    roots = plan.protected_roots
 
     if protected:
         total, per = run.delta(protected, None, False)
