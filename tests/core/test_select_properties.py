@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
 from context_assembly.core.request import AssemblyOptions
-from context_assembly.core.select import Selection, rank_key, select
+from context_assembly.core.select import Selection, cost_plan, protected_demand, rank_key, select
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 from fakes import PROFILE, SurchargeCounter, WordCounter
 from strategies import NOW, Scenario, scenarios
@@ -172,3 +172,43 @@ def test_same_input_same_output(scenario: Scenario) -> None:
         return
     _, second = _run(scenario)
     assert first == second
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(COUNTERS))
+def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: object) -> None:
+    """One plan serving protected_demand and then select (as the engine does) gives the same
+    demand, the same selection and the same error as building the costs in each call."""
+    graph = build_graph(scenario.groups, OPTIONS)
+    plan = cost_plan(graph, scenario.sources, counter, PROFILE)  # type: ignore[arg-type]
+
+    def outcome(shared: bool) -> tuple[object, object]:
+        kwargs = {"plan": plan} if shared else {}
+        try:
+            demand: object = protected_demand(
+                graph,
+                scenario.sources,
+                counter,
+                PROFILE,
+                NOW,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except EXPECTED_ERRORS as err:
+            demand = (type(err), str(err))
+        try:
+            result: object = select(
+                graph,
+                scenario.sources,
+                now=NOW,
+                data_limit=scenario.data_limit,
+                max_data_tokens=scenario.max_data_tokens,
+                source_limits=scenario.source_limits,
+                counter=counter,  # type: ignore[arg-type]
+                profile=PROFILE,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except EXPECTED_ERRORS as err:
+            result = (type(err), str(err))
+        return demand, result
+
+    assert outcome(True) == outcome(False)

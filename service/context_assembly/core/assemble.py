@@ -28,7 +28,7 @@ from context_assembly.core.frame import Frame
 from context_assembly.core.layout import Placed, build_texts, place
 from context_assembly.core.request import Message, PrepareRequest, Revision
 from context_assembly.core.result import BlockReport, BudgetReport, SelectionReport, SourceReport
-from context_assembly.core.select import protected_demand, rank_key, select
+from context_assembly.core.select import cost_plan, protected_demand, rank_key, select
 from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError
 
@@ -86,7 +86,13 @@ def assemble(
         options.layout, texts, request.tools, history_counts, request.input, counter, profile
     )
     remaining = capacity.tokens - reserve - fixed.total
-    demand = protected_demand(graph, source_order, counter, profile, now, failed) if graph else 0
+    # One costing pass serves both the protected demand and the selection.
+    plan = cost_plan(graph, source_order, counter, profile) if graph else None
+    demand = (
+        protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
+        if graph
+        else 0
+    )
     dropped = 0
     if remaining < demand and demand <= options.max_data_tokens:
         policy = options.history_policy
@@ -117,6 +123,7 @@ def assemble(
         counter=counter,
         profile=profile,
         failed_sources=failed,
+        plan=plan,
     )
     placed = place(
         options.layout, texts, request.tools, history, selection.data_content, request.input

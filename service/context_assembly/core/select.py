@@ -343,6 +343,20 @@ class _Choice:
     prior: dict[int, tuple[int, Reason]]  # (state, reason) overwritten by this choice
 
 
+CostPlan = _Plan
+
+
+def cost_plan(
+    graph: Mapping[str, Node],
+    sources: Sequence[str],
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> CostPlan:
+    """Every block of ``graph`` costed and ranked once; :func:`protected_demand` and
+    :func:`select` take it so that one request walks its blocks for costs only once."""
+    return _Plan(graph, counter, profile, sources)
+
+
 def protected_demand(
     graph: Mapping[str, Node],
     sources: Sequence[str],
@@ -350,14 +364,20 @@ def protected_demand(
     profile: ModelProfile,
     now: datetime,
     failed_sources: frozenset[str] = frozenset(),
+    *,
+    plan: CostPlan | None = None,
 ) -> int:
     """Estimated data-message tokens the protected closure needs (0 when nothing is protected).
 
     The engine uses it to decide whether opt-in history compaction must run before selection.
+    ``plan`` must come from :func:`cost_plan` over the same graph, sources, counter and profile.
     """
-    if not any(node.block.protected for node in graph.values()):
+    if plan is None:
+        if not any(node.block.protected for node in graph.values()):
+            return 0
+        plan = _Plan(graph, counter, profile, sources)
+    elif not plan.protected_roots:
         return 0
-    plan = _Plan(graph, counter, profile, sources)
     unavailable = plan.unavailable(graph, now, failed_sources)
     protected = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
     index = plan.index
@@ -376,6 +396,7 @@ def select(
     counter: TokenCounter,
     profile: ModelProfile,
     failed_sources: frozenset[str] = frozenset(),
+    plan: CostPlan | None = None,
 ) -> Selection:
     """Decide every block and render the data message; see the module docstring for the promise.
 
@@ -389,13 +410,16 @@ def select(
         counter: the token counter of this request.
         profile: the model profile (message framing overhead).
         failed_sources: sources whose contributor failed under ``omit``.
+        plan: the costs from :func:`cost_plan` over the same graph, sources, counter and
+            profile, when the caller already built them.
 
     Raises:
         InvalidError: a protected block or a dependency it requires is missing or expired.
         AssemblyOverflowError: the protected closure exceeds ``max_data_tokens`` or a source limit.
         ContextOverflowError: the protected closure fits the data budget but not the window left.
     """
-    plan = _Plan(graph, counter, profile, sources)
+    if plan is None:
+        plan = _Plan(graph, counter, profile, sources)
     unavailable = plan.unavailable(graph, now, failed_sources)
     protected_qids = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
     index = plan.index
