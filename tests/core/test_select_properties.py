@@ -9,7 +9,14 @@ from hypothesis import strategies as st
 
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
 from context_assembly.core.request import AssemblyOptions
-from context_assembly.core.select import Selection, cost_plan, protected_demand, rank_key, select
+from context_assembly.core.select import (
+    CostPlan,
+    Selection,
+    cost_plan,
+    protected_demand,
+    rank_key,
+    select,
+)
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 from fakes import PROFILE, SurchargeCounter, WordCounter
 from strategies import NOW, Scenario, scenarios
@@ -23,17 +30,23 @@ def _run(
     scenario: Scenario, groups: Iterable[SourceBlocks] | None = None, counter: object = None
 ) -> tuple[dict[str, Node], Selection]:
     graph = build_graph(groups if groups is not None else scenario.groups, OPTIONS)
-    result = select(
+    return graph, _select(graph, scenario, counter or WordCounter())
+
+
+def _select(
+    graph: dict[str, Node], scenario: Scenario, counter: object, plan: CostPlan | None = None
+) -> Selection:
+    return select(
         graph,
         scenario.sources,
         now=NOW,
         data_limit=scenario.data_limit,
         max_data_tokens=scenario.max_data_tokens,
         source_limits=scenario.source_limits,
-        counter=counter or WordCounter(),  # type: ignore[arg-type]
+        counter=counter,  # type: ignore[arg-type]
         profile=PROFILE,
+        plan=plan,
     )
-    return graph, result
 
 
 EXPECTED_ERRORS = (AssemblyOverflowError, ContextOverflowError, InvalidError)
@@ -196,17 +209,7 @@ def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: object)
         except EXPECTED_ERRORS as err:
             demand = (type(err), str(err))
         try:
-            result: object = select(
-                graph,
-                scenario.sources,
-                now=NOW,
-                data_limit=scenario.data_limit,
-                max_data_tokens=scenario.max_data_tokens,
-                source_limits=scenario.source_limits,
-                counter=counter,  # type: ignore[arg-type]
-                profile=PROFILE,
-                **kwargs,  # type: ignore[arg-type]
-            )
+            result: object = _select(graph, scenario, counter, plan if shared else None)
         except EXPECTED_ERRORS as err:
             result = (type(err), str(err))
         return demand, result
