@@ -89,9 +89,9 @@ def assemble(
     # One costing pass serves both the protected demand and the selection.
     plan = cost_plan(graph, source_order, counter, profile) if graph else None
     demand = (
-        protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
-        if graph
-        else 0
+        0
+        if plan is None
+        else protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
     )
     dropped = 0
     if remaining < demand and demand <= options.max_data_tokens:
