@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.breakdown import render_html, render_text
+from context_assembly.api.lean import LeanRoute
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
 from context_assembly.api.reload import reload_settings
 from context_assembly.config import Settings
@@ -72,17 +73,17 @@ def json_response(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-def get_tenant(request: Request) -> str:
+async def get_tenant(request: Request) -> str:
     auth: Authenticator = request.app.state.auth
     return auth.tenant(request)
 
 
-def get_preparations(request: Request) -> Preparations:
+async def get_preparations(request: Request) -> Preparations:
     service: Preparations = request.app.state.preparations
     return service
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
@@ -91,7 +92,9 @@ Tenant = Annotated[str, Depends(get_tenant)]
 Service = Annotated[Preparations, Depends(get_preparations)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
-v1 = APIRouter(prefix="/v1")
+# The /v1 routes are served by the lean path (api/lean.py); FastAPI documents them. The
+# dependencies above are async: a sync one would cost a thread-pool hop on every request.
+v1 = APIRouter(prefix="/v1", route_class=LeanRoute)
 ops = APIRouter()
 COMMON = (401, 413, 422, 503)
 
