@@ -3,7 +3,9 @@
 1. ``prepare`` with inline blocks (128 blocks, ~20 KB of data) against a bare FastAPI echo of the
    same payload (bench/echo_app.py), interleaved rounds, concurrency 1: p50 ratio.
 2. ``prepare`` fanning out to 8 registered contributors answering in 20 ms, at concurrency 1
-   and 16: p50, p99, errors.
+   and 16: p50, p99, errors. Each contributor is its own uvicorn process (8 servers, as in the
+   baseline's fan-out measurement, ../shared/reference/perf-baseline.md §4): one process serving
+   all eight would measure that process's queue, not the service.
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
@@ -147,11 +149,11 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     folder = Path(tempfile.mkdtemp(prefix="ca-bench-"))
     try:
-        contributor, contrib_port = start_contributor()
-        procs.append(contributor)
         svc_port = free_port()
         lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
         for i in range(8):
+            contributor, contrib_port = start_contributor()
+            procs.append(contributor)
             lines += [
                 f"[contributors.c{i}]",
                 f'url = "http://127.0.0.1:{contrib_port}/ok/20/c{i}"',

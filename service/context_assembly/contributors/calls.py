@@ -39,6 +39,7 @@ from context_assembly.contributors.signing import (
     webhook_id,
 )
 from context_assembly.contributors.ssrf import CheckedTarget
+from context_assembly.contributors.wire import WireError
 from context_assembly.core.request import Block, Frozen, Message, Revision, Scope
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 
@@ -273,27 +274,21 @@ async def _exchange(
     try:
         async with deadline:
             if fast is not None:
-                raw = await fast.post(url, body, headers, target.checked)
-                complete = False
-                try:
+
+                def check_head(status: int, head: Mapping[str, str]) -> None:
+                    nonlocal phase
                     phase = "reading the body"
-                    _check_status_headers(raw.status, raw.headers, max_response_bytes)
-                    buffer = bytearray()
-                    async for chunk in raw.content.iter_any():
-                        buffer += chunk
-                        if len(buffer) > max_response_bytes:
-                            raise _Failure(
-                                "too_large", f"body over the {max_response_bytes}-byte cap"
-                            )
-                    complete = True
-                finally:
-                    # A fully read answer returns its connection to the pool; anything else
-                    # (cap, deadline, bad status) closes it, so no half-read body is reused.
-                    if complete:
-                        raw.release()
-                    else:
-                        raw.close()
-                return settled("ok", data=bytes(buffer))
+                    _check_status_headers(status, head, max_response_bytes)
+
+                data = await fast.wire.post(
+                    url,
+                    body,
+                    headers,
+                    target.checked,
+                    check_head=check_head,
+                    max_bytes=max_response_bytes,
+                )
+                return settled("ok", data=data)
             request = client.build_request(
                 "POST",
                 url,
@@ -312,6 +307,8 @@ async def _exchange(
                 await response.aclose()
     except _Failure as failure:
         return settled(failure.status, failure.cause)
+    except WireError as failure:
+        return settled("too_large" if failure.status == "too_large" else "error", failure.cause)
     except TimeoutError as exc:
         if deadline.expired():
             return settled("timeout", f"deadline reached while {phase}")

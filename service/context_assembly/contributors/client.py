@@ -44,6 +44,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from httpx_aiohttp import AiohttpTransport
 
 from context_assembly.contributors.ssrf import CheckedTarget
+from context_assembly.contributors.wire import WireClient
 
 PIN_EXTENSION = "context_assembly.pinned_target"
 """Request extension holding the :class:`CheckedTarget` an inline request must connect to."""
@@ -117,6 +118,8 @@ class ContributorTransport(httpx.AsyncBaseTransport):
     """An httpx transport over two aiohttp pools: trusted (registered) and pinned (inline)."""
 
     def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
+        # The fast path of calls.py (wire.py): same TLS context, same pinning rules, own pools.
+        self.wire = WireClient(ssl_context, max_connections=limits.max_connections or 100)
         # Sessions are created lazily, inside the running loop, on first use.
         self._trusted = AiohttpTransport(
             verify=ssl_context,
@@ -147,37 +150,9 @@ class ContributorTransport(httpx.AsyncBaseTransport):
             _CURRENT_PIN.reset(token)
         return response
 
-    def session(self, pinned: bool) -> aiohttp.ClientSession:
-        """The aiohttp session of one pool (created on first use, inside the running loop)."""
-        transport = self._pinned if pinned else self._trusted
-        if not isinstance(transport.client, aiohttp.ClientSession):
-            transport.client = transport.get_client()
-        session: aiohttp.ClientSession = transport.client
-        return session
-
-    async def post(
-        self, url: str, body: bytes, headers: dict[str, str], pin: CheckedTarget | None
-    ) -> aiohttp.ClientResponse:
-        """The fast path used by ``calls.py``: POST straight through aiohttp, same pools and pins.
-
-        httpx's client layer costs ~0.8 ms of CPU per request on our machines, eight times what
-        aiohttp needs (bench/bench_fanout.py); a fan-out of eight would spend its whole latency
-        budget there. The caller owns the returned response and must release it.
-        """
-        if pin is None:
-            return await self.session(False).post(
-                url, data=body, headers=headers, allow_redirects=False
-            )
-        token = _CURRENT_PIN.set(pin)
-        try:
-            return await self.session(True).post(
-                url, data=body, headers=headers, allow_redirects=False
-            )
-        finally:
-            _CURRENT_PIN.reset(token)
-
     async def aclose(self) -> None:
-        """Close both pools."""
+        """Close both pools and the fast path's connections."""
+        await self.wire.aclose()
         await self._trusted.aclose()
         await self._pinned.aclose()
 
