@@ -346,7 +346,8 @@ class Preparations:
         webhook_sources = {t.source for t in collected.targets}
         failed_sources = {o.source for o in collected.outcomes if not o.ok}
         return {
-            "response": response.model_dump(mode="json", exclude={"frame"}),
+            # Serialised once in pydantic-core and embedded as is by the store's orjson.
+            "response": orjson.Fragment(response.model_dump_json(exclude={"frame"})),
             "model": ctx.model,
             "requested_models": request.candidates,
             "native_history": _native(request),

@@ -348,6 +348,19 @@ def _parse_json(data: bytes) -> Any:
         raise _Failure("invalid", f"invalid JSON at char {err.pos}") from err
 
 
+def _parse_answer(data: bytes) -> ContributorAnswer:
+    """The answer parsed and validated in one pass of pydantic-core, the common valid case.
+
+    Any problem is judged again on the reference path (orjson, then the model), so that a
+    failure reads as before: orjson's position for a body that is not strict JSON (NaN, for
+    one, which pydantic-core's parser would let through to the schema), else the schema errors.
+    """
+    try:
+        return ContributorAnswer.model_validate_json(data)
+    except ValidationError:
+        return ContributorAnswer.model_validate(_parse_json(data))
+
+
 # --------------------------------------------------------------------------- public calls
 
 
@@ -385,7 +398,7 @@ async def _contribute_one(
                 target.source, result.status, result.duration_ms, cause=result.cause
             )
         try:
-            answer = ContributorAnswer.model_validate(_parse_json(result.body))
+            answer = _parse_answer(result.body)
         except ValidationError as err:
             return ContributorOutcome(
                 target.source, "invalid", result.duration_ms, cause=_schema_cause(err)
