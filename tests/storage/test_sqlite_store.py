@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from conftest import RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage import open_store
+from context_assembly.storage import sqlite as sqlite_module
 from context_assembly.storage.sqlite import SCHEMA_VERSION, SqliteStore, wal_multiprocess_safe
 
 OBS = {"provider": "openai", "call": "main", "provider_input_tokens": 10}
@@ -147,3 +150,52 @@ async def test_open_store_checks_its_arguments() -> None:
         await open_store("redis")
     with pytest.raises(ValueError, match="unknown"):
         await open_store("memory")  # type: ignore[arg-type]
+
+
+async def test_put_waits_for_a_held_write_lock_instead_of_failing(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """The inline put never waits; when the lock is held it goes to the worker thread, which
+    waits up to the busy timeout like every other write, and the record is there afterwards."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=5000)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        record = make_record()
+        pending = asyncio.ensure_future(store.put(record))
+        await asyncio.sleep(0.2)
+        assert not pending.done()  # waiting on the thread, not failed
+        blocker.execute("COMMIT")
+        await asyncio.wait_for(pending, timeout=5)
+        assert await store.get("acme", record.id, now) is not None
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+async def test_inline_puts_are_checkpointed_on_the_worker_thread(
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every CHECKPOINT_EVERY inline puts one PASSIVE checkpoint runs, off the event loop."""
+    monkeypatch.setattr(sqlite_module, "CHECKPOINT_EVERY", 4)
+    threads: list[str] = []
+    original = sqlite_module._checkpoint
+
+    def spy(conn: sqlite3.Connection) -> None:
+        threads.append(threading.current_thread().name)
+        original(conn)
+
+    monkeypatch.setattr(sqlite_module, "_checkpoint", spy)
+    store = await SqliteStore.open(tmp_path / "s.db")
+    try:
+        records = [make_record() for _ in range(12)]
+        for record in records:
+            await store.put(record)
+            await asyncio.sleep(0.01)  # let a scheduled checkpoint run
+        assert len(threads) == 3
+        assert all(name.startswith("context-assembly-sqlite") for name in threads)
+        for record in records:
+            assert await store.get("acme", record.id, now) is not None
+    finally:
+        await store.aclose()
