@@ -49,6 +49,7 @@ from context_assembly.contributors.ssrf import CheckedTarget
 KEEPALIVE_EXPIRY = 4.0
 MAX_HEAD_BYTES = 64 * 1024
 MAX_CONNECTIONS = 100
+MAX_ENDPOINTS = 1024
 
 _RACE_CAUSES = frozenset({"server closed the connection", "connection reset"})
 
@@ -222,6 +223,8 @@ class WireClient:
     )
     _slots: asyncio.Semaphore | None = None
     _closed: bool = False
+    # Parsed endpoints by (url, pin): the same few contributors are called on every prepare.
+    _endpoints: dict[tuple[str, CheckedTarget | None], _Endpoint] = field(default_factory=dict)
 
     async def post(
         self,
@@ -242,7 +245,12 @@ class WireClient:
         """
         if self._closed:
             raise WireError("the contributor client is closed")
-        endpoint = _endpoint(url, pin)
+        endpoint = self._endpoints.get((url, pin))
+        if endpoint is None:
+            endpoint = _endpoint(url, pin)
+            if len(self._endpoints) >= MAX_ENDPOINTS:
+                self._endpoints.clear()
+            self._endpoints[(url, pin)] = endpoint
         request = self._request_bytes(endpoint, body, headers)
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_connections)
