@@ -1,7 +1,8 @@
-"""Fan-out benchmark: 8 loopback contributors through ``contribute_all``, two httpx transports.
+"""Fan-out benchmark: 8 loopback contributors through ``contribute_all``, three client paths.
 
-Compares httpx's default transport (httpcore pool) with the httpx-aiohttp transport that
-``create_client()`` uses, at concurrency 1 (sequential fan-outs) and 16 (16 concurrent fan-out
+Compares httpx's default transport (httpcore pool), the httpx-aiohttp transport under the
+client's httpx API (``create_client(fast=False)``) and the fast path that ``contribute_all`` takes
+with ``create_client()`` (contributors/wire.py), at concurrency 1 (sequential fan-outs) and 16 (16 concurrent fan-out
 loops, 128 requests in flight). Each contributor sleeps 20 ms and answers ~5.6 KB of valid
 ``{revision, blocks}`` JSON (the setup of reference/perf-baseline.md §4). "Overhead" is fan-out
 wall time minus the 20 ms sleep; client CPU is this process's ``time.process_time()`` per fan-out.
@@ -133,7 +134,8 @@ async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
         "httpx default transport": lambda: httpx.AsyncClient(
             follow_redirects=False, trust_env=False
         ),
-        "httpx-aiohttp (create_client)": create_client,
+        "httpx-aiohttp (httpx API path)": lambda: create_client(fast=False),
+        "wire fast path (create_client)": create_client,
     }
 
     async def floor() -> None:

@@ -1,10 +1,13 @@
 """The one shared HTTP client for contributor webhooks, and connection pinning for inline URLs.
 
 httpx stays the client API (so respx, timeouts and the request/response types are the usual
-ones), but requests travel over aiohttp through ``httpx_aiohttp.AiohttpTransport``: on this
-project's 2-core machines httpx's own pool costs ~0.9 ms of CPU per request and collapses at
-128 requests in flight, while aiohttp carries the same fan-out at ~1/7 the CPU
-(the project perf baseline, reference/perf-baseline.md §4; ``bench/bench_fanout.py``).
+ones), and requests sent through that API travel over aiohttp through
+``httpx_aiohttp.AiohttpTransport``: on this project's 2-core machines httpx's own pool costs
+~0.9 ms of CPU per request and collapses at 128 requests in flight. The contributor calls of
+``calls.py`` take a faster path still when the client came from :func:`create_client`: the
+transport's :class:`~.wire.WireClient`, an HTTP/1.1 client over asyncio protocols and httptools
+with the same pinning rules and TLS context (``wire.py`` says why and what it does;
+``bench/bench_fanout.py`` prints all three paths side by side).
 
 Create the client **once per app** (lifespan) with :func:`create_client` and ``await
 client.aclose()`` at shutdown; never one per request (an SSL context alone costs ~20 ms).
