@@ -141,6 +141,7 @@ async def test_webhook_id_is_stable_across_identical_deliveries(
     [
         (httpx.Response(500, json={"error": "secret stack trace"}), "error", "HTTP 500"),
         (httpx.Response(404), "error", "HTTP 404"),
+        (httpx.Response(504), "timeout", "HTTP 504: the contributor reported its deadline"),
         (
             httpx.Response(302, headers={"location": "http://10.0.0.1/"}),
             "error",

@@ -214,6 +214,11 @@ def _check_head(response: httpx.Response, max_bytes: int) -> None:
 def _check_status_headers(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
     if 300 <= code < 400:
         raise _Failure("error", f"HTTP {code} redirect (not followed)")
+    if code == 504:
+        # Gateway Timeout: the contributor (our helper answers so at X-Contributor-Timeout-Ms)
+        # or a gateway before it ran out of the time it was given. A deadline failure, like our
+        # own timer's, whichever of the two is seen first.
+        raise _Failure("timeout", "HTTP 504: the contributor reported its deadline")
     if not 200 <= code < 300:
         raise _Failure("error", f"HTTP {code}")
     encoding = headers.get("content-encoding", "identity").strip().lower()
