@@ -206,6 +206,21 @@ async def test_a_late_answer_changes_nothing(
     )
 
 
+async def test_calls_carry_the_client_default_headers(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """The fast path sends the client's defaults: no compressed answer is asked for (the cap
+    counts wire bytes), JSON is accepted, and the service names itself."""
+    async with FaultServer() as server:
+        outcomes, _ = await fan_out(client, fields, [registered(server)])
+    assert outcomes[0].status == "ok"
+    headers = server.requests[0].headers
+    assert headers["accept-encoding"] == "identity"
+    assert headers["accept"] == "application/json"
+    assert headers["user-agent"] == "context-assembly"
+    assert headers["content-type"] == "application/json"
+
+
 async def test_keep_alive_connections_are_reused(
     client: httpx.AsyncClient, fields: PacketFields
 ) -> None:

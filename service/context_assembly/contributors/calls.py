@@ -313,7 +313,7 @@ async def _exchange(
     except _Failure as failure:
         return settled(failure.status, failure.cause)
     except WireError as failure:
-        return settled("too_large" if failure.status == "too_large" else "error", failure.cause)
+        return settled(failure.status, failure.cause)
     except TimeoutError as exc:
         if deadline.expired():
             return settled("timeout", f"deadline reached while {phase}")

@@ -122,7 +122,9 @@ class ContributorTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         # The fast path of calls.py (wire.py): same TLS context, same pinning rules, own pools.
-        self.wire = WireClient(ssl_context, max_connections=limits.max_connections or 100)
+        self.wire = WireClient(
+            ssl_context, DEFAULT_HEADERS, max_connections=limits.max_connections or 100
+        )
         # Sessions are created lazily, inside the running loop, on first use.
         self._trusted = AiohttpTransport(
             verify=ssl_context,

@@ -39,7 +39,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Literal, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -59,7 +59,7 @@ HeadCheck = Callable[[int, Mapping[str, str]], None]
 class WireError(Exception):
     """A transport failure, with the cause the manifest reports (never quoting the body)."""
 
-    def __init__(self, cause: str, status: str = "error") -> None:
+    def __init__(self, cause: str, status: Literal["error", "too_large"] = "error") -> None:
         super().__init__(cause)
         self.cause = cause
         self.status = status
@@ -216,6 +216,9 @@ class WireClient:
     """Pooled HTTP/1.1 POSTs for ``calls.py``. Create once per app; ``await aclose()`` at the end."""
 
     ssl_context: ssl.SSLContext
+    # Sent on every request before the caller's own (client.py passes DEFAULT_HEADERS: among
+    # them ``accept-encoding: identity``, which the body cap on wire bytes relies on).
+    default_headers: Mapping[str, str] = field(default_factory=dict)
     keepalive_expiry: float = KEEPALIVE_EXPIRY
     max_connections: int = MAX_CONNECTIONS
     _idle: dict[tuple[str, str, int, tuple[str, ...] | None], list[_Connection]] = field(
@@ -251,7 +254,7 @@ class WireClient:
             if len(self._endpoints) >= MAX_ENDPOINTS:
                 self._endpoints.clear()
             self._endpoints[(url, pin)] = endpoint
-        request = self._request_bytes(endpoint, body, headers)
+        request = self._request_bytes(endpoint, body, {**self.default_headers, **headers})
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_connections)
         async with self._slots:
