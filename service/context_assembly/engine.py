@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from context_assembly.core.assemble import Assembly, assemble
 from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
+from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import PrepareResponse, RoutingCandidate, RoutingReport
@@ -33,6 +34,9 @@ from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError, InvalidError
 from context_assembly.tokens.counter import get_counter
 from context_assembly.tokens.registry import ModelRegistry
+
+# The process-wide memo of block decisions across turns (core/memo.py): text-free, bounded.
+SHARED_MEMO = AssemblyMemo()
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +92,13 @@ def run_assembly(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None = None,
+    memo: AssemblyMemo | None = SHARED_MEMO,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
     A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
-    the candidate it was routed to instead of routing again.
+    the candidate it was routed to instead of routing again. ``memo`` (default: the process's)
+    lets a repeated turn reuse its block decisions; ``None`` decides everything afresh.
     """
     local_now = local_time(now, request.timezone)
     if request.models is None:
@@ -100,9 +106,9 @@ def run_assembly(
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
-        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant)
+        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant, memo)
         return assembly, ctx
-    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model)
+    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model, memo)
 
 
 def _assemble(
@@ -114,6 +120,7 @@ def _assemble(
     ctx: ModelContext,
     capacity: Capacity,
     tenant: str,
+    memo: AssemblyMemo | None,
 ) -> Assembly:
     native = request.native_history
     try:
@@ -128,6 +135,7 @@ def _assemble(
             capacity=capacity,
             exact=ctx.exact and native is None,
             tenant=tenant,
+            memo=memo,
         )
     except ContextOverflowError as err:
         if native is None or "shortfall_tokens" not in err.extensions:
@@ -184,6 +192,7 @@ def _route(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None,
+    memo: AssemblyMemo | None,
 ) -> tuple[Assembly, ModelContext]:
     """``first_fit`` over the candidates (or only ``pin_model``)."""
     names = [pin_model] if pin_model is not None else request.candidates
@@ -208,14 +217,18 @@ def _route(
         tried.append((candidate, ctx, capacity))
         if candidate.fits:
             routed = request.model_copy(update={"model": name})
-            assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+            assembly = _assemble(
+                routed, setups, inputs, now, local_now, ctx, capacity, tenant, memo
+            )
             chosen = assembly, ctx
             break
     if chosen is None and _may_compact(request):
         for index, (candidate, ctx, capacity) in enumerate(tried):
             routed = request.model_copy(update={"model": candidate.model})
             try:
-                assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+                assembly = _assemble(
+                    routed, setups, inputs, now, local_now, ctx, capacity, tenant, memo
+                )
             except ContextOverflowError:
                 continue
             tried[index] = (

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from pydantic import TypeAdapter
 
-from context_assembly.core.blocks import SourceBlocks, build_graph, qualified
+from context_assembly.core.blocks import Node, SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
     Capacity,
     FixedCosts,
@@ -26,9 +26,22 @@ from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, 
 from context_assembly.core.fingerprint import fingerprint, input_hash, prefix_hash, text_hash
 from context_assembly.core.frame import Frame
 from context_assembly.core.layout import Placed, build_texts, place
-from context_assembly.core.request import Message, PrepareRequest, Revision
+from context_assembly.core.memo import (
+    AssemblyMemo,
+    Outcome,
+    Segment,
+    selection_key,
+)
+from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
 from context_assembly.core.result import BlockReport, BudgetReport, SelectionReport, SourceReport
-from context_assembly.core.select import cost_plan, protected_demand, rank_key, select
+from context_assembly.core.select import (
+    CostPlan,
+    cost_plan,
+    data_message,
+    protected_demand,
+    rank_key,
+    select,
+)
 from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError
 
@@ -65,8 +78,13 @@ def assemble(
     capacity: Capacity,
     exact: bool,
     tenant: str,
+    memo: AssemblyMemo | None = None,
 ) -> Assembly:
     """Run the whole pipeline of SPEC §4–§7 for one request.
+
+    With a ``memo`` (``core/memo.py``), a turn whose blocks, limits and expiry state an earlier
+    turn already decided reuses those decisions and only renders its data message; the result is
+    the same as without one.
 
     Raises:
         InvalidError, AssemblyOverflowError, ContextOverflowError: as SPEC §9 describes.
@@ -76,9 +94,17 @@ def assemble(
     texts = build_texts(request, replaced, local_now)
     live = [item for item in inputs if not item.failed]
     failed = frozenset(item.setup.source for item in inputs if item.failed)
-    graph = build_graph((SourceBlocks(i.setup.source, i.blocks) for i in live), options)
+    groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
+    key = (
+        memo.key(groups, source_order, failed, counter, profile, options)
+        if memo is not None
+        else None
+    )
+    entry = memo.get(key, now) if memo is not None and key is not None else None
+    # A memoised entry means these blocks passed validation and the protected checks before.
+    graph = build_graph(groups, options) if entry is None else None
 
     history = request.history_messages  # empty when the provider holds the history (native)
     history_counts = count_history(request, counter, profile)
@@ -86,13 +112,18 @@ def assemble(
         options.layout, texts, request.tools, history_counts, request.input, counter, profile
     )
     remaining = capacity.tokens - reserve - fixed.total
-    # One costing pass serves both the protected demand and the selection.
-    plan = cost_plan(graph, source_order, counter, profile) if graph else None
-    demand = (
-        0
-        if plan is None
-        else protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
-    )
+    plan: CostPlan | None = None
+    if entry is not None:
+        demand = entry.demand
+    else:
+        assert graph is not None
+        # One costing pass serves both the protected demand and the selection.
+        plan = cost_plan(graph, source_order, counter, profile) if graph else None
+        demand = (
+            0
+            if plan is None
+            else protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
+        )
     dropped = 0
     if remaining < demand and demand <= options.max_data_tokens:
         policy = options.history_policy
@@ -113,23 +144,24 @@ def assemble(
         remaining = capacity.tokens - reserve - fixed.total
     data_limit = min(options.max_data_tokens, remaining)
 
-    selection = select(
-        graph,
-        source_order,
-        now=now,
-        data_limit=data_limit,
-        max_data_tokens=options.max_data_tokens,
-        source_limits=options.source_token_limits,
-        counter=counter,
-        profile=profile,
-        failed_sources=failed,
-        plan=plan,
-    )
-    placed = place(
-        options.layout, texts, request.tools, history, selection.data_content, request.input
-    )
+    sel_key = selection_key(data_limit, options.max_data_tokens, options.source_token_limits)
+    outcome = entry.outcomes.get(sel_key) if entry is not None else None
+    if outcome is None:
+        if graph is None:
+            graph = build_graph(groups, options)
+            plan = cost_plan(graph, source_order, counter, profile) if graph else None
+        outcome, data_content = _select(
+            graph, plan, groups, source_order, now, data_limit, options, counter, profile, failed
+        )
+        if memo is not None and key is not None:
+            expiries = [n.expires_at for n in graph.values() if n.expires_at is not None]
+            memo.record(key, entry, sel_key, outcome, demand=demand, expiries=expiries, now=now)
+    else:
+        data_content = _render(outcome.segments, groups)
+    placed = place(options.layout, texts, request.tools, history, data_content, request.input)
     frame = Frame(messages=list(placed.messages), tools=list(placed.tools))
-    total = fixed.total + selection.data_tokens
+    data_tokens = outcome.data_tokens
+    total = fixed.total + data_tokens
     opaque = fixed.opaque or any(c.opaque for c in history_counts)
 
     budget = BudgetReport(
@@ -144,12 +176,79 @@ def assemble(
         input_tokens=fixed.input,
         remaining_tokens=remaining,
         data_limit_tokens=data_limit,
-        data_tokens=selection.data_tokens,
+        data_tokens=data_tokens,
         total_input_tokens=total,
         history_dropped_messages=dropped,
     )
+    sources = [
+        SourceReport(
+            source=item.setup.source,
+            kind=item.setup.kind,
+            status=item.status,
+            duration_ms=round(item.duration_ms, 3),
+            block_count=len(item.blocks),
+        )
+        for item in _in_setup_order(setups, inputs)
+    ]
+    manifest = SelectionReport(
+        blocks=outcome.blocks,
+        sources=sources,
+        max_data_tokens=options.max_data_tokens,
+        selected_data_tokens=data_tokens,
+        layout=options.layout,
+        reasoning_reserve_tokens=options.reasoning_reserve_tokens,
+        tokenizer=counter.name,
+        exact=exact,
+        opaque_or_multimodal=opaque,
+    )
+    prefix = placed.messages[: placed.prefix_len]
+    prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
+    return Assembly(
+        frame=frame,
+        placed=placed,
+        budget=budget,
+        selection=manifest,
+        fingerprint=fingerprint(
+            request.model_name, tenant, request.scope, request.render, placed.messages, placed.tools
+        ),
+        prefix_hash=prefix_hash(request.model_name, prefix, placed.tools),
+        prefix_tokens=prefix_tokens,
+        input_hash=input_hash(request.input),
+        instructions_hash=text_hash(request.instructions),
+        history=tuple(history),
+        selected_expiry=outcome.selected_expiry,
+        revisions=tuple((item.setup.source, item.revision) for item in inputs),
+    )
+
+
+def _select(
+    graph: dict[str, Node],
+    plan: CostPlan | None,
+    groups: Sequence[SourceBlocks],
+    source_order: Sequence[str],
+    now: datetime,
+    data_limit: int,
+    options: AssemblyOptions,
+    counter: TokenCounter,
+    profile: ModelProfile,
+    failed: frozenset[str],
+) -> tuple[Outcome, str | None]:
+    """Select over ``graph``; the text-free outcome (what the memo keeps) and the data message."""
+    selection = select(
+        graph,
+        source_order,
+        now=now,
+        data_limit=data_limit,
+        max_data_tokens=options.max_data_tokens,
+        source_limits=options.source_token_limits,
+        counter=counter,
+        profile=profile,
+        failed_sources=failed,
+        plan=plan,
+    )
+    decisions = selection.decisions
     # One list validation in pydantic-core (~3 µs a block) instead of a model per block (~6 µs
-    # with __init__, ~10 µs with model_construct): this runs for every block on every request.
+    # with __init__, ~10 µs with model_construct).
     blocks = _BLOCK_REPORTS.validate_python(
         [
             {
@@ -165,52 +264,45 @@ def assemble(
                 "dependencies": list(node.deps),
             }
             for node in sorted(graph.values(), key=rank_key)
-            for decision in (selection.decisions[node.qid],)
+            for decision in (decisions[node.qid],)
         ]
     )
-    sources = [
-        SourceReport(
-            source=item.setup.source,
-            kind=item.setup.kind,
-            status=item.status,
-            duration_ms=round(item.duration_ms, 3),
-            block_count=len(item.blocks),
+    # Where each entered block sits in ``groups`` (the memo key's order), grouped by source in
+    # source order and in selection order within a source, as ``select`` renders them.
+    position: dict[str, int] = {}
+    offset = 0
+    for group in groups:
+        for index, block in enumerate(group.blocks):
+            position.setdefault(qualified(group.source, block.id), offset + index)
+        offset += len(group.blocks)
+    by_source: dict[str, list[tuple[int, bool]]] = {}
+    for qid in selection.order:
+        node = graph[qid]
+        by_source.setdefault(node.source, []).append(
+            (position[qid], decisions[qid].status == "projected")
         )
-        for item in _in_setup_order(setups, inputs)
-    ]
-    manifest = SelectionReport(
-        blocks=blocks,
-        sources=sources,
-        max_data_tokens=options.max_data_tokens,
-        selected_data_tokens=selection.data_tokens,
-        layout=options.layout,
-        reasoning_reserve_tokens=options.reasoning_reserve_tokens,
-        tokenizer=counter.name,
-        exact=exact,
-        opaque_or_multimodal=opaque,
+    segments = tuple(
+        Segment(source, tuple(by_source[source])) for source in source_order if source in by_source
     )
-    prefix = placed.messages[: placed.prefix_len]
-    prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
     expiry = tuple(
         (qid, graph[qid].block.expires_at or "")
         for qid in selection.order
         if graph[qid].block.expires_at is not None
     )
-    return Assembly(
-        frame=frame,
-        placed=placed,
-        budget=budget,
-        selection=manifest,
-        fingerprint=fingerprint(
-            request.model_name, tenant, request.scope, request.render, placed.messages, placed.tools
-        ),
-        prefix_hash=prefix_hash(request.model_name, prefix, placed.tools),
-        prefix_tokens=prefix_tokens,
-        input_hash=input_hash(request.input),
-        instructions_hash=text_hash(request.instructions),
-        history=tuple(history),
-        selected_expiry=expiry,
-        revisions=tuple((item.setup.source, item.revision) for item in inputs),
+    outcome = Outcome(segments, selection.data_tokens, tuple(blocks), expiry)
+    return outcome, selection.data_content
+
+
+def _render(segments: Sequence[Segment], groups: Sequence[SourceBlocks]) -> str | None:
+    """The data message of a memoised outcome, rendered from this request's blocks."""
+    if not segments:
+        return None
+    flat = [block for group in groups for block in group.blocks]
+    return data_message(
+        [
+            (segment.source, [(flat[i], projected) for i, projected in segment.pieces])
+            for segment in segments
+        ]
     )
 
 

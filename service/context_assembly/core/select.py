@@ -187,13 +187,6 @@ class _Plan:
             return _availability(graph, now, failed_sources)
         return {}
 
-    def piece(self, i: int, projected: bool) -> str:
-        block = self.nodes[i].block
-        if projected:
-            assert block.projection is not None
-            return block_piece(block.id, block.projection, True)
-        return block_piece(block.id, block.text, False)
-
 
 def _availability(
     graph: Mapping[str, Node], now: datetime, failed_sources: frozenset[str]
@@ -623,20 +616,46 @@ def _render(
 ) -> tuple[str | None, int, dict[str, int]]:
     """The data message content, its exact token count, and the exact count of each entered
     source segment that has a limit (the only ones a limit check needs)."""
-    by_source: dict[int, list[str]] = {}
+    by_source: dict[int, list[tuple[Block, bool]]] = {}
+    nodes = plan.nodes
     for i in order:
-        by_source.setdefault(plan.src[i], []).append(plan.piece(i, state[i] == _PROJ))
+        by_source.setdefault(plan.src[i], []).append((nodes[i].block, state[i] == _PROJ))
     if not by_source:
         return None, 0, {}
-    segments: list[str] = []
-    source_tokens: dict[str, int] = {}
-    for s, name in enumerate(plan.source_names):
-        pieces = by_source.get(s)
-        if not pieces:
-            continue
-        segment = _source_open(name) + ",".join(pieces) + DATA_CLOSE
-        segments.append(segment)
-        if name in source_limits:
-            source_tokens[name] = counter.count(segment)
-    content = DATA_OPEN + ",".join(segments) + DATA_CLOSE
+    segments = [(name, by_source[s]) for s, name in enumerate(plan.source_names) if s in by_source]
+    source_tokens = {
+        name: counter.count(_segment_json(name, pieces))
+        for name, pieces in segments
+        if name in source_limits
+    }
+    content = data_message(segments)
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
+
+
+def _piece(block: Block, projected: bool) -> dict[str, object]:
+    if projected:
+        return {"id": block.id, "projected": True, "text": block.projection}
+    return {"id": block.id, "text": block.text}
+
+
+def _segment_json(source: str, pieces: Sequence[tuple[Block, bool]]) -> str:
+    """One source's segment, as it appears in the data message."""
+    return orjson.dumps(
+        {"source": source, "blocks": [_piece(block, projected) for block, projected in pieces]}
+    ).decode()
+
+
+def data_message(segments: Sequence[tuple[str, Sequence[tuple[Block, bool]]]]) -> str:
+    """The data message content: ``{"context_data":[{"source":..,"blocks":[..]},..]}`` with each
+    block's piece (``block_piece``), segments in the given (source) order, in one serialisation."""
+    return orjson.dumps(
+        {
+            "context_data": [
+                {
+                    "source": source,
+                    "blocks": [_piece(block, projected) for block, projected in pieces],
+                }
+                for source, pieces in segments
+            ]
+        }
+    ).decode()

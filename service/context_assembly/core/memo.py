@@ -1,0 +1,235 @@
+"""The assembly memo: what one turn decided about its blocks, reused when the next turn sends them again.
+
+An agent sends the same memory entries, documents and notes turn after turn; only the input and
+the history change. Validating, costing, selecting and reporting 128 blocks is most of a
+prepare's work, and it is a pure function of the blocks and a few numbers. The memo keeps its
+*text-free* result under a key that names all of those inputs, so that a repeated turn only
+renders the data message again (from the current request's own blocks) and reuses the rest.
+
+What the key holds (``AssemblyMemo.key``), per block: id, priority, protected flag,
+dependencies, expiry string, and the length and keyed SipHash of its text and projection (never
+the text); then the source order, the failed sources, the token counter (by identity), the model
+profile and the validation limits. ``Outcome`` is further keyed by the data limit, the data
+budget and the source limits. A wrong result would need two texts of the same block id and
+length with equal 64-bit keyed hashes, the same argument (and risk) as the count cache's
+(``tokens/counter.py``).
+
+What is kept: the protected demand, and per selection key the rendered order (source, block
+position, view), the exact token count of that data message, the manifest's block reports (ids,
+statuses, reasons, counts, dependencies) and the selected expiries. No block text, projection,
+instruction or history is held: the data message is rendered each time from the request.
+
+Time: a result depends on the clock only through which blocks have expired. An entry records the
+latest expiry at or before the instant it was computed and the earliest after it, and is used only
+while the clock stays between them (so a block expiring between two turns is decided again).
+
+Errors are never memoised: a request that fails runs the whole way each time and fails the same way.
+
+Bounds: two generations of entries, weighted by the block reports they hold (``max_blocks`` in
+all), at most ``MAX_OUTCOMES`` outcomes an entry; a hit in the old generation moves to the young one; when the young one is full it becomes the old one and the
+previous old one is dropped. No lock: each dictionary operation is atomic under the GIL, and two
+threads computing the same entry store equal values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from context_assembly.core.blocks import SourceBlocks
+from context_assembly.core.counting import ModelProfile, TokenCounter
+from context_assembly.core.request import AssemblyOptions
+from context_assembly.core.result import BlockReport
+
+DEFAULT_MAX_BLOCKS: Final = 65_536  # block reports held in all (~1 KB each with its key)
+MAX_OUTCOMES: Final = 4  # selections kept per set of blocks (different limits), oldest dropped
+
+MemoKey = tuple[object, ...]
+SelectionKey = tuple[int, int, tuple[tuple[str, int], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One source's part of the data message: block positions (in the key's block order) and
+    views (``True`` for the projection), in rendered order."""
+
+    source: str
+    pieces: tuple[tuple[int, bool], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The text-free result of one selection over the memoised blocks."""
+
+    segments: tuple[Segment, ...]
+    data_tokens: int
+    blocks: tuple[BlockReport, ...]  # the manifest's block reports, in rank order
+    selected_expiry: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True)
+class Entry:
+    """Everything memoised for one set of blocks: the protected demand, and the outcomes by data
+    limit, data budget and source limits."""
+
+    demand: int
+    valid_from: datetime | None  # the latest expiry at or before the computing instant
+    valid_until: datetime | None  # the earliest expiry after it
+    outcomes: dict[SelectionKey, Outcome] = field(default_factory=dict)
+
+    @property
+    def weight(self) -> int:
+        """What the entry counts against the memo's bound: 1 + block reports held."""
+        return sum(1 + len(outcome.blocks) for outcome in self.outcomes.values())
+
+    def valid_at(self, now: datetime) -> bool:
+        """Whether ``now`` sees the same blocks expired as the computing instant did."""
+        if self.valid_from is not None and now < self.valid_from:
+            return False
+        return self.valid_until is None or now < self.valid_until
+
+
+def expiry_window(
+    expiries: Sequence[datetime], now: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """``(latest expiry <= now, earliest expiry > now)``: the instants between which the set of
+    expired blocks stays what it is at ``now``."""
+    past = [moment for moment in expiries if moment <= now]
+    future = [moment for moment in expiries if moment > now]
+    return (max(past) if past else None, min(future) if future else None)
+
+
+def selection_key(
+    data_limit: int, max_data_tokens: int, source_limits: Mapping[str, int]
+) -> SelectionKey:
+    return (data_limit, max_data_tokens, tuple(sorted(source_limits.items())))
+
+
+class AssemblyMemo:
+    """A bounded, text-free memo of block decisions across turns (see the module docstring)."""
+
+    __slots__ = ("_half", "_hits", "_max_blocks", "_misses", "_old", "_young", "_young_weight")
+
+    def __init__(self, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
+        if max_blocks < 2:
+            raise ValueError(f"max_blocks must be at least 2, got {max_blocks}")
+        self._max_blocks = max_blocks
+        self._half = max_blocks // 2
+        self._young: dict[MemoKey, Entry] = {}
+        self._old: dict[MemoKey, Entry] = {}
+        self._young_weight = 0
+        self._hits = 0
+        self._misses = 0
+
+    @staticmethod
+    def key(
+        groups: Sequence[SourceBlocks],
+        source_order: Sequence[str],
+        failed: frozenset[str],
+        counter: TokenCounter,
+        profile: ModelProfile,
+        options: AssemblyOptions,
+    ) -> MemoKey:
+        """The key of everything a selection over ``groups`` depends on but the limits and time."""
+        blocks = tuple(
+            [
+                (
+                    group.source,
+                    tuple(
+                        [
+                            (
+                                b.id,
+                                b.priority,
+                                b.protected,
+                                tuple(b.dependencies),
+                                b.expires_at,
+                                len(b.text),
+                                hash(b.text),
+                                None
+                                if b.projection is None
+                                else (len(b.projection), hash(b.projection)),
+                            )
+                            for b in group.blocks
+                        ]
+                    ),
+                )
+                for group in groups
+            ]
+        )
+        return (
+            blocks,
+            tuple(source_order),
+            failed,
+            counter,
+            profile,
+            options.max_blocks,
+            options.max_block_characters,
+        )
+
+    def get(self, key: MemoKey, now: datetime) -> Entry | None:
+        """The entry of ``key`` if it is valid at ``now`` (refreshed into the young generation)."""
+        entry = self._young.get(key)
+        if entry is None:
+            entry = self._old.get(key)
+            if entry is not None:
+                self._store(key, entry)
+        if entry is None or not entry.valid_at(now):
+            self._misses += 1
+            return None
+        self._hits += 1
+        return entry
+
+    def record(
+        self,
+        key: MemoKey,
+        entry: Entry | None,
+        sel_key: SelectionKey,
+        outcome: Outcome,
+        *,
+        demand: int,
+        expiries: Sequence[datetime],
+        now: datetime,
+    ) -> None:
+        """Keep ``outcome`` under ``key`` and ``sel_key``: in ``entry`` when the turn found one,
+        else in a new entry (replacing one whose validity window has passed)."""
+        weight = 1 + len(outcome.blocks)
+        if weight * MAX_OUTCOMES > self._half:
+            return  # larger than a generation: not worth evicting everything for
+        if entry is None:
+            valid_from, valid_until = expiry_window(expiries, now)
+            entry = Entry(demand, valid_from, valid_until)
+            self._store(key, entry)
+        outcomes = entry.outcomes
+        if sel_key not in outcomes and len(outcomes) >= MAX_OUTCOMES:
+            del outcomes[next(iter(outcomes))]  # the oldest: limits move as history grows
+        outcomes[sel_key] = outcome
+        if self._young.get(key) is entry:
+            self._young_weight += weight
+            self._rotate()
+
+    def _store(self, key: MemoKey, entry: Entry) -> None:
+        young = self._young
+        if young.get(key) is not entry:
+            self._young_weight += entry.weight
+        young[key] = entry
+        self._rotate()
+
+    def _rotate(self) -> None:
+        if self._young_weight >= self._half:
+            self._old = self._young
+            self._young = {}
+            self._young_weight = 0
+
+    def info(self) -> tuple[int, int, int]:
+        """``(hits, misses, entries)``."""
+        young, old = self._young, self._old
+        return self._hits, self._misses, len(young) + sum(1 for k in old if k not in young)
+
+    def clear(self) -> None:
+        self._young = {}
+        self._old = {}
+        self._young_weight = 0
+        self._hits = 0
+        self._misses = 0
