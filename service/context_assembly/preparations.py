@@ -24,15 +24,18 @@ adds to its own count (the repair call is sent on top of the same provider-held 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 import httpx
 import orjson
+from pydantic import TypeAdapter
 
 from context_assembly.config import Settings
 from context_assembly.contributors.calls import (
@@ -111,16 +114,56 @@ def new_preparation_id() -> str:
     return "prep_" + secrets.token_urlsafe(18)
 
 
-def _request_shape_hash(request: PrepareRequest) -> str:
-    """Hash of everything refresh must find unchanged (all but history, input and render).
+SHAPE_V2 = "shape2:sha256:"
+# Every field of a block and of a contribution, in a fixed order (a test holds these to the
+# models' fields, so a new field cannot be left out of the hash).
+BLOCK_FIELDS = ("id", "text", "priority", "protected", "dependencies", "expires_at", "projection")
+CONTRIBUTION_FIELDS = ("source", "revision", "instructions", "recovery_tool")
+_block_values = attrgetter(*BLOCK_FIELDS)
+_contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
 
-    A single-model request leaves the routing fields out, so its hash is what it was before they
-    existed (records stored by an older replica still refresh).
-    """
+
+def _shape_exclude(request: PrepareRequest) -> set[str]:
+    # A single-model request leaves the routing fields out, so its hash is what it was before
+    # they existed (records stored by an older replica still refresh).
     exclude = {"history", "input", "render"}
     if request.models is None:
         exclude |= {"models", "routing"}
-    return digest(request.model_dump(mode="json", exclude=exclude))
+    return exclude
+
+
+def _request_shape_hash(request: PrepareRequest) -> str:
+    """Hash of everything refresh must find unchanged (all but history, input and render).
+
+    SHA-256 over the canonical JSON (sorted keys) of the request without its contributions, a
+    newline, then the contributions as JSON arrays of their fields and their blocks' fields in
+    fixed order (blocks hold no objects, so that is canonical too). The contributions are most of
+    a request; building their dictionaries for a sorted dump cost ~0.1 ms for 128 blocks.
+    """
+    head = request.model_dump(mode="json", exclude=_shape_exclude(request) | {"contributions"})
+    hasher = hashlib.sha256(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
+    hasher.update(b"\n")
+    hasher.update(
+        orjson.dumps(
+            [
+                (*_contribution_values(item), [_block_values(block) for block in item.blocks])
+                for item in request.contributions
+            ]
+        )
+    )
+    return SHAPE_V2 + hasher.hexdigest()
+
+
+def _request_shape_hash_v1(request: PrepareRequest) -> str:
+    """The shape hash of records stored before ``SHAPE_V2``: the sorted dump of it all."""
+    return digest(request.model_dump(mode="json", exclude=_shape_exclude(request)))
+
+
+def _same_shape(request: PrepareRequest, stored: str) -> bool:
+    """Whether ``request`` has the shape hash a record stored (in either version)."""
+    if stored.startswith(SHAPE_V2):
+        return _request_shape_hash(request) == stored
+    return _request_shape_hash_v1(request) == stored
 
 
 def _native(request: PrepareRequest) -> dict[str, Any] | None:
@@ -149,6 +192,29 @@ def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contr
     except InvalidError as err:
         return replace(outcome, status="invalid", blocks=(), cause=f"block rules: {err.detail}")
     return outcome
+
+
+_FRAME = TypeAdapter(dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A prepare or refresh answer: the response, and its JSON serialised once for both uses.
+
+    ``stored`` is the response without its frame (what the record keeps: no text); ``body`` is
+    the HTTP answer, ``stored`` with the frame appended as its last member (JSON objects are
+    unordered, RFC 8259 §4), so the manifest is serialised once, not once per use.
+    """
+
+    response: PrepareResponse
+    stored: bytes
+    body: bytes
+
+    @classmethod
+    def of(cls, response: PrepareResponse) -> Prepared:
+        stored = response.__pydantic_serializer__.to_json(response, exclude={"frame"})
+        body = b"".join((stored[:-1], b',"frame":', _FRAME.dump_json(response.frame), b"}"))
+        return cls(response, stored, body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +365,7 @@ class Preparations:
 
     # ------------------------------------------------------------------ prepare
 
-    async def prepare(self, tenant: str, request: PrepareRequest) -> PrepareResponse:
+    async def prepare(self, tenant: str, request: PrepareRequest) -> Prepared:
         """Run contributors, select, lay out, store the record, answer the frame and manifest."""
         setups = plan_sources(request)
         now = self.clock.now()
@@ -324,20 +390,21 @@ class Preparations:
         )
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
         response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
+        prepared = Prepared.of(response)
         data = self._record_data(
-            request, assembly, ctx, response, collected, used_ms=collected.used_ms
+            request, assembly, ctx, prepared, collected, used_ms=collected.used_ms
         )
         await self.store.put(
             PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
         )
-        return response
+        return prepared
 
     def _record_data(
         self,
         request: PrepareRequest,
         assembly: Assembly,
         ctx: ModelContext,
-        response: PrepareResponse,
+        prepared: Prepared,
         collected: Collected,
         *,
         used_ms: float,
@@ -345,9 +412,10 @@ class Preparations:
     ) -> dict[str, Any]:
         webhook_sources = {t.source for t in collected.targets}
         failed_sources = {o.source for o in collected.outcomes if not o.ok}
+        response = prepared.response
         return {
-            # Serialised once in pydantic-core and embedded as is by the store's orjson.
-            "response": orjson.Fragment(response.model_dump_json(exclude={"frame"})),
+            # Serialised once (without the frame) and embedded as is by the store's orjson.
+            "response": orjson.Fragment(prepared.stored),
             "model": ctx.model,
             "requested_models": request.candidates,
             "native_history": _native(request),
@@ -524,7 +592,7 @@ class Preparations:
 
     # ------------------------------------------------------------------ refresh
 
-    async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> PrepareResponse:
+    async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> Prepared:
         """One more contribution + selection round after host hooks edited history/input."""
         record = await self._record(tenant, prep_id)
         claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
@@ -541,7 +609,7 @@ class Preparations:
         original: list[str] = data["history_hashes"]
         edited = _message_hashes(request.history_messages[: len(original)])
         if (
-            _request_shape_hash(request) != data["shape_hash"]
+            not _same_shape(request, data["shape_hash"])
             or edited != original
             or _native(request) != data.get("native_history")
         ):
@@ -573,18 +641,19 @@ class Preparations:
         response = to_response(
             request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
         )
+        prepared = Prepared.of(response)
         new_data = self._record_data(
             request,
             assembly,
             ctx,
-            response,
+            prepared,
             collected,
             used_ms=float(data["used_ms"]) + collected.used_ms,
             history_hashes=original,
         )
         if not await self.store.replace_data(tenant, prep_id, new_data, self.clock.wall()):
             raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
-        return response
+        return prepared
 
     # ------------------------------------------------------------------ repair
 

@@ -110,9 +110,9 @@ async def prepare(
 ) -> Response:
     """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
     started = time.perf_counter()
-    response = await service.prepare(tenant, body)
-    metrics.observe_preparation("prepare", time.perf_counter() - started, response)
-    return json_response(response)
+    prepared = await service.prepare(tenant, body)
+    metrics.observe_preparation("prepare", time.perf_counter() - started, prepared.response)
+    return Response(prepared.body, media_type="application/json")
 
 
 @v1.post("/budget", response_model=BudgetResponse, responses=_problems(*COMMON), name="budget")
@@ -156,9 +156,9 @@ async def refresh(
 ) -> Response:
     """One more contribution and selection round after host hooks edited history or input (once)."""
     started = time.perf_counter()
-    response = await service.refresh(tenant, preparation_id, body)
-    metrics.observe_preparation("refresh", time.perf_counter() - started, response)
-    return json_response(response)
+    prepared = await service.refresh(tenant, preparation_id, body)
+    metrics.observe_preparation("refresh", time.perf_counter() - started, prepared.response)
+    return Response(prepared.body, media_type="application/json")
 
 
 @v1.post(

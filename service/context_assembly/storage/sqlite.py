@@ -197,31 +197,33 @@ class SqliteStore:
         ]
 
         def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO preparations"
-                " (id, tenant, expires_at, refresh_used, version, data, last, auxiliary)"
-                " VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
-                row,
-            )
+            conn.execute(_INSERT_PREPARATION, row)
             conn.executemany(
                 "INSERT INTO usage_reports (preparation_id, report_id, answer) VALUES (?, ?, ?)",
                 reports,
             )
 
+        # A new preparation has no reports (the common case): its one INSERT is a transaction
+        # of its own on the autocommit connection, without BEGIN and COMMIT round trips.
+        write = (
+            functools.partial(_write, insert)
+            if reports
+            else functools.partial(_execute, _INSERT_PREPARATION, row)
+        )
         try:
-            if not self._put_inline(insert):
-                await self._run(functools.partial(_write, insert))
+            if not self._put_inline(write):
+                await self._run(write)
         except sqlite3.IntegrityError as err:
             raise DuplicatePreparationIdError(
                 f"preparation id {record.id!r} already exists"
             ) from err
 
-    def _put_inline(self, insert: Callable[[sqlite3.Connection], None]) -> bool:
-        """Try the insert on the loop's connection; False when it must go to the worker thread."""
+    def _put_inline(self, write: Callable[[sqlite3.Connection], object]) -> bool:
+        """Try the write on the loop's connection; False when it must go to the worker thread."""
         if self._fast is None or self._closed:
             return False
         try:
-            _write(insert, self._fast)
+            write(self._fast)
         except sqlite3.IntegrityError:
             raise
         except sqlite3.Error:
@@ -433,6 +435,18 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         )
     for statement in _SCHEMA:
         conn.execute(statement)
+
+
+_INSERT_PREPARATION = (
+    "INSERT INTO preparations"
+    " (id, tenant, expires_at, refresh_used, version, data, last, auxiliary)"
+    " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
+)
+
+
+def _execute(statement: str, params: tuple[object, ...], conn: sqlite3.Connection) -> None:
+    """One statement, atomic on its own (the connections are in autocommit mode)."""
+    conn.execute(statement, params)
 
 
 def _write(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
