@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import operator
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -202,8 +203,9 @@ class Prepared:
     """A prepare or refresh answer: the response, and its JSON serialised once for both uses.
 
     ``stored`` is the response without its frame (what the record keeps: no text); ``body`` is
-    the HTTP answer, ``stored`` with the frame appended as its last member (JSON objects are
-    unordered, RFC 8259 §4), so the manifest is serialised once, not once per use.
+    the HTTP answer, ``stored`` with the frame appended. Members are placed where splicing is
+    trivial (``selection`` first, its ``blocks`` first, ``frame`` last): JSON objects are
+    unordered (RFC 8259 §4), and the manifest is serialised once, not once per use.
     """
 
     response: PrepareResponse
@@ -211,8 +213,21 @@ class Prepared:
     body: bytes
 
     @classmethod
-    def of(cls, response: PrepareResponse) -> Prepared:
-        stored = response.__pydantic_serializer__.to_json(response, exclude={"frame"})
+    def of(cls, response: PrepareResponse, assembly: Assembly) -> Prepared:
+        """Serialise ``response``; the manifest's block reports come from ``assembly``'s JSON when
+        the response holds exactly those report objects (a memoised turn serialised them once)."""
+        selection = response.selection
+        reports = selection.blocks
+        if len(reports) == len(assembly.block_reports) and all(
+            map(operator.is_, reports, assembly.block_reports)
+        ):
+            rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
+            parts = (b'{"blocks":', assembly.block_reports_json, b",", rest[1:])
+            selection_json = b"".join(parts) if len(rest) > 2 else b"".join((*parts[:2], b"}"))
+        else:
+            selection_json = selection.__pydantic_serializer__.to_json(selection)
+        rest = response.__pydantic_serializer__.to_json(response, exclude={"frame", "selection"})
+        stored = b"".join((b'{"selection":', selection_json, b",", rest[1:]))
         body = b"".join((stored[:-1], b',"frame":', _FRAME.dump_json(response.frame), b"}"))
         return cls(response, stored, body)
 
@@ -390,7 +405,7 @@ class Preparations:
         )
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
         response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
-        prepared = Prepared.of(response)
+        prepared = Prepared.of(response, assembly)
         data = self._record_data(
             request, assembly, ctx, prepared, collected, used_ms=collected.used_ms
         )
@@ -641,7 +656,7 @@ class Preparations:
         response = to_response(
             request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
         )
-        prepared = Prepared.of(response)
+        prepared = Prepared.of(response, assembly)
         new_data = self._record_data(
             request,
             assembly,

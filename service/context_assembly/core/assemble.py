@@ -64,6 +64,8 @@ class Assembly:
     history: tuple[Message, ...]  # the history actually sent (after compaction)
     selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
+    block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
+    block_reports_json: bytes  # the same, serialised (reused while the reports are these)
 
 
 def assemble(
@@ -218,6 +220,8 @@ def assemble(
         history=tuple(history),
         selected_expiry=outcome.selected_expiry,
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
+        block_reports=outcome.blocks,
+        block_reports_json=outcome.blocks_json,
     )
 
 
@@ -289,7 +293,9 @@ def _select(
         for qid in selection.order
         if graph[qid].block.expires_at is not None
     )
-    outcome = Outcome(segments, selection.data_tokens, tuple(blocks), expiry)
+    outcome = Outcome(
+        segments, selection.data_tokens, tuple(blocks), _BLOCK_REPORTS.dump_json(blocks), expiry
+    )
     return outcome, selection.data_content
 
 

@@ -16,7 +16,7 @@ length with equal 64-bit keyed hashes, the same argument (and risk) as the count
 
 What is kept: the protected demand, and per selection key the rendered order (source, block
 position, view), the exact token count of that data message, the manifest's block reports (ids,
-statuses, reasons, counts, dependencies) and the selected expiries. No block text, projection,
+statuses, reasons, counts, dependencies), also as JSON, and the selected expiries. No block text, projection,
 instruction or history is held: the data message is rendered each time from the request.
 
 Time: a result depends on the clock only through which blocks have expired. An entry records the
@@ -66,6 +66,7 @@ class Outcome:
     segments: tuple[Segment, ...]
     data_tokens: int
     blocks: tuple[BlockReport, ...]  # the manifest's block reports, in rank order
+    blocks_json: bytes  # those reports as the JSON array the answer and the record carry
     selected_expiry: tuple[tuple[str, str], ...]
 
 

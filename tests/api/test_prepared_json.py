@@ -1,0 +1,79 @@
+"""The prepare answer serialised once (preparations.Prepared): the same JSON as the model's own.
+
+Every successful self-contained conformance request is assembled twice through one memo (cold,
+then warm), and each answer's spliced JSON must parse to exactly what ``model_dump_json`` of the
+response gives, with the record's copy being that minus the frame.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from context_assembly.core.memo import AssemblyMemo
+from context_assembly.core.request import PrepareRequest
+from context_assembly.core.sources import materialised_inputs, plan_sources
+from context_assembly.engine import run_assembly, to_response
+from context_assembly.preparations import Prepared
+from context_assembly.tokens.registry import ModelRegistry
+
+CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
+REGISTRY = ModelRegistry.load()
+
+
+def _cases() -> list[Any]:
+    params = []
+    for path in sorted(CASES.glob("*.json")):
+        case = json.loads(path.read_text(encoding="utf-8"))
+        if "error" in case["expect"] or case["request"].get("contributors") or "xfail" in case:
+            continue
+        params.append(pytest.param(case, id=path.stem))
+    assert len(params) > 30
+    return params
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
+    request = PrepareRequest.model_validate(case["request"])
+    now = datetime.fromisoformat(case.get("now", "2026-12-02T12:00:00Z"))
+    setups = plan_sources(request)
+    inputs = materialised_inputs(request, setups)
+    memo = AssemblyMemo()
+    for _turn in ("cold", "warm"):
+        assembly, ctx = run_assembly(
+            request, setups, inputs, now=now, tenant="t", registry=REGISTRY, memo=memo
+        )
+        response = to_response(request, assembly, ctx, preparation_id="prep_x", expires_at=now)
+        prepared = Prepared.of(response, assembly)
+        expected = orjson.loads(response.model_dump_json())
+        assert orjson.loads(prepared.body) == expected
+        del expected["frame"]
+        assert orjson.loads(prepared.stored) == expected
+    assert memo.info()[0] >= 1, "the second turn was served from the memo"
+
+
+def test_reports_other_than_the_assemblys_are_serialised_afresh() -> None:
+    """A response whose reports are not the assembly's (a copy) does not reuse its JSON."""
+    case = json.loads((CASES / "001-fits-all-selected.json").read_text(encoding="utf-8"))
+    request = PrepareRequest.model_validate(case["request"])
+    now = datetime.fromisoformat("2026-12-02T12:00:00Z")
+    setups = plan_sources(request)
+    assembly, ctx = run_assembly(
+        request, setups, materialised_inputs(request, setups), now=now, tenant="t",
+        registry=REGISTRY, memo=None,
+    )  # fmt: skip
+    response = to_response(request, assembly, ctx, preparation_id="prep_x", expires_at=now)
+    first = response.selection.blocks[0]
+    renamed = first.model_copy(update={"id": "renamed"})
+    selection = response.selection.model_copy(
+        update={"blocks": [renamed, *response.selection.blocks[1:]]}
+    )
+    edited = response.model_copy(update={"selection": selection})
+    body = orjson.loads(Prepared.of(edited, assembly).body)
+    assert body["selection"]["blocks"][0]["id"] == "renamed"
+    assert body == orjson.loads(edited.model_dump_json())
