@@ -23,7 +23,7 @@ from context_assembly.core.budget import (
     plan_drop_oldest,
 )
 from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
-from context_assembly.core.fingerprint import fingerprint, input_hash, prefix_hash, text_hash
+from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
 from context_assembly.core.frame import Frame
 from context_assembly.core.layout import Placed, build_texts, place
 from context_assembly.core.memo import (
@@ -205,15 +205,22 @@ def assemble(
     )
     prefix = placed.messages[: placed.prefix_len]
     prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
+    fingerprint, prefix_hash = frame_hashes(
+        request.model_name,
+        tenant,
+        request.scope,
+        request.render,
+        placed.messages,
+        placed.tools,
+        placed.prefix_len,
+    )
     return Assembly(
         frame=frame,
         placed=placed,
         budget=budget,
         selection=manifest,
-        fingerprint=fingerprint(
-            request.model_name, tenant, request.scope, request.render, placed.messages, placed.tools
-        ),
-        prefix_hash=prefix_hash(request.model_name, prefix, placed.tools),
+        fingerprint=fingerprint,
+        prefix_hash=prefix_hash,
         prefix_tokens=prefix_tokens,
         input_hash=input_hash(request.input),
         instructions_hash=text_hash(request.instructions),

@@ -58,6 +58,55 @@ def prefix_hash(model: str, prefix: Sequence[Message], tools: Sequence[Tool]) ->
     return digest({"model": model, "tools": _tools(tools), "messages": _messages(prefix)})
 
 
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def frame_hashes(
+    model: str,
+    tenant: str,
+    scope: Scope,
+    render: str,
+    messages: Sequence[Message],
+    tools: Sequence[Tool],
+    prefix_len: int,
+) -> tuple[str, str]:
+    """``(fingerprint(...), prefix_hash(model, messages[:prefix_len], tools))`` in one pass.
+
+    Both hash canonical JSON that starts with the same messages (``"messages"`` sorts first), so
+    each message is serialised once and the prefix is hashed once: the SHA-256 state after the
+    prefix's messages is copied and finished both ways. The data message is usually most of a
+    frame, and both hashes cover it.
+    """
+    dumped = [orjson.dumps(item, option=_SORTED) for item in _messages(messages)]
+    tools_json = orjson.dumps(_tools(tools), option=_SORTED)
+    model_json = orjson.dumps(model)
+    hasher = hashlib.sha256(b'{"messages":[')
+    hasher.update(b",".join(dumped[:prefix_len]))
+    prefix = hasher.copy()
+    prefix.update(b'],"model":' + model_json + b',"tools":' + tools_json + b"}")
+    if 0 < prefix_len < len(dumped):
+        hasher.update(b",")
+    hasher.update(b",".join(dumped[prefix_len:]))
+    hasher.update(
+        b"".join(
+            (
+                b'],"model":',
+                model_json,
+                b',"render":',
+                orjson.dumps(render),
+                b',"scope":',
+                orjson.dumps(scope.model_dump(mode="json"), option=_SORTED),
+                b',"tenant":',
+                orjson.dumps(tenant),
+                b',"tools":',
+                tools_json,
+                b"}",
+            )
+        )
+    )
+    return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest()
+
+
 def input_hash(inputs: Sequence[Message]) -> str:
     """Hash of the current input messages."""
     return digest(_messages(inputs))

@@ -38,9 +38,20 @@ def partial_view_note(source: str, recovery_tool: str | None) -> str:
     return note
 
 
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
 def date_line(local_now: datetime, timezone: str) -> str:
-    """The current date/time line, to the minute, in the request's time zone."""
-    return f"Current date and time: {local_now:%Y-%m-%d %H:%M} ({timezone}, {local_now:%A})"
+    """The current date/time line, to the minute, in the request's time zone.
+
+    Formatted field by field (English weekday names whatever the process locale; ``strftime``
+    would follow ``LC_TIME`` and costs more).
+    """
+    n = local_now
+    return (
+        f"Current date and time: {n.year:04d}-{n.month:02d}-{n.day:02d} {n.hour:02d}:{n.minute:02d}"
+        f" ({timezone}, {_WEEKDAYS[n.weekday()]})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
