@@ -134,6 +134,8 @@ class AssemblyMemo:
         options: AssemblyOptions,
     ) -> MemoKey:
         """The key of everything a selection over ``groups`` depends on but the limits and time."""
+        # Field values through each model's ``__dict__`` (pydantic keeps them there): one dict
+        # per block instead of seven attribute lookups through the class hierarchy.
         blocks = tuple(
             [
                 (
@@ -141,18 +143,18 @@ class AssemblyMemo:
                     tuple(
                         [
                             (
-                                b.id,
-                                b.priority,
-                                b.protected,
-                                tuple(b.dependencies),
-                                b.expires_at,
-                                len(b.text),
-                                hash(b.text),
+                                f["id"],
+                                f["priority"],
+                                f["protected"],
+                                tuple(f["dependencies"]),
+                                f["expires_at"],
+                                len(f["text"]),
+                                hash(f["text"]),
                                 None
-                                if b.projection is None
-                                else (len(b.projection), hash(b.projection)),
+                                if f["projection"] is None
+                                else (len(f["projection"]), hash(f["projection"])),
                             )
-                            for b in group.blocks
+                            for f in map(vars, group.blocks)
                         ]
                     ),
                 )

@@ -632,17 +632,19 @@ def _render(
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
 
 
-def _piece(block: Block, projected: bool) -> dict[str, object]:
-    if projected:
-        return {"id": block.id, "projected": True, "text": block.projection}
-    return {"id": block.id, "text": block.text}
-
-
 def _segment_json(source: str, pieces: Sequence[tuple[Block, bool]]) -> str:
     """One source's segment, as it appears in the data message."""
-    return orjson.dumps(
-        {"source": source, "blocks": [_piece(block, projected) for block, projected in pieces]}
-    ).decode()
+    return orjson.dumps({"source": source, "blocks": _pieces(pieces)}).decode()
+
+
+def _pieces(pieces: Sequence[tuple[Block, bool]]) -> list[dict[str, object]]:
+    """Each block's piece (``block_piece``) as an object, in order."""
+    return [
+        {"id": block.id, "projected": True, "text": block.projection}
+        if projected
+        else {"id": block.id, "text": block.text}
+        for block, projected in pieces
+    ]
 
 
 def data_message(segments: Sequence[tuple[str, Sequence[tuple[Block, bool]]]]) -> str:
@@ -651,11 +653,7 @@ def data_message(segments: Sequence[tuple[str, Sequence[tuple[Block, bool]]]]) -
     return orjson.dumps(
         {
             "context_data": [
-                {
-                    "source": source,
-                    "blocks": [_piece(block, projected) for block, projected in pieces],
-                }
-                for source, pieces in segments
+                {"source": source, "blocks": _pieces(pieces)} for source, pieces in segments
             ]
         }
     ).decode()
