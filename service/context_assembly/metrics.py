@@ -6,6 +6,7 @@ Labels carry source names, statuses and reasons only: never ids, text or tenants
 from __future__ import annotations
 
 from collections import Counter as Counter_
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -27,6 +28,7 @@ _LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
+_STATUS_REASON = attrgetter("status", "reason")
 _DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
 
 
@@ -73,9 +75,8 @@ class Metrics:
         self, operation: str, seconds: float, response: PrepareResponse
     ) -> None:
         self.prepare_seconds.labels(operation).observe(seconds)
-        tally = Counter_(f"{b.status}/{b.reason}" for b in response.selection.blocks)
-        for key, amount in tally.items():
-            status, reason = key.split("/")
+        tally = Counter_(map(_STATUS_REASON, response.selection.blocks))
+        for (status, reason), amount in tally.items():
             self.decisions.labels(status, reason).inc(amount)
         for source in response.selection.sources:
             if source.kind == "webhook":

@@ -55,7 +55,12 @@ from context_assembly.core.fingerprint import digest, input_hash, prefix_hash, t
 from context_assembly.core.frame import Frame
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import ContributorRef, Message, PrepareRequest, Revision, Scope
-from context_assembly.core.result import PrepareResponse
+from context_assembly.core.result import (
+    BlockReport,
+    PrepareResponse,
+    block_rows_json,
+    blocks_from_rows,
+)
 from context_assembly.core.sources import (
     SourceInput,
     SourceSetup,
@@ -196,16 +201,17 @@ def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contr
 
 
 _FRAME = TypeAdapter(dict[str, Any])
+_BLOCKS = TypeAdapter(list[BlockReport])
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A prepare or refresh answer: the response, and its JSON serialised once for both uses.
 
-    ``stored`` is the response without its frame (what the record keeps: no text); ``body`` is
-    the HTTP answer, ``stored`` with the frame appended. Members are placed where splicing is
-    trivial (``selection`` first, its ``blocks`` first, ``frame`` last): JSON objects are
-    unordered (RFC 8259 §4), and the manifest is serialised once, not once per use.
+    ``stored`` is the response without its frame (what the record keeps: no text), its block
+    reports as compact rows (``result.BLOCK_ROW_FIELDS``); ``body`` is the HTTP answer. Members
+    are placed where splicing is trivial (``selection`` first, its ``blocks`` first, ``frame``
+    last): JSON objects are unordered (RFC 8259 §4). A memoised turn serialised the reports once.
     """
 
     response: PrepareResponse
@@ -221,15 +227,29 @@ class Prepared:
         if len(reports) == len(assembly.block_reports) and all(
             map(operator.is_, reports, assembly.block_reports)
         ):
-            rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
-            parts = (b'{"blocks":', assembly.block_reports_json, b",", rest[1:])
-            selection_json = b"".join(parts) if len(rest) > 2 else b"".join((*parts[:2], b"}"))
+            blocks, rows = assembly.block_reports_json, assembly.block_rows_json
         else:
-            selection_json = selection.__pydantic_serializer__.to_json(selection)
+            blocks, rows = _BLOCKS.dump_json(reports), block_rows_json(reports)
+        rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
+        tail = (b",", rest[1:]) if len(rest) > 2 else (b"}",)
+        answered = b"".join((b'{"selection":{"blocks":', blocks, *tail))
+        kept = b"".join((b'{"selection":{"block_rows":', rows, *tail))
         rest = response.__pydantic_serializer__.to_json(response, exclude={"frame", "selection"})
-        stored = b"".join((b'{"selection":', selection_json, b",", rest[1:]))
-        body = b"".join((stored[:-1], b',"frame":', _FRAME.dump_json(response.frame), b"}"))
-        return cls(response, stored, body)
+        frame = _FRAME.dump_json(response.frame)
+        body = b"".join((answered, b",", rest[1:-1], b',"frame":', frame, b"}"))
+        return cls(response, b"".join((kept, b",", rest[1:])), body)
+
+
+def _stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's response as the answer had it (block reports expanded from their rows)."""
+    selection = stored["selection"]
+    if "block_rows" not in selection:
+        return dict(stored)  # a record written before the compact form
+    expanded = {k: v for k, v in selection.items() if k != "block_rows"}
+    return {
+        **stored,
+        "selection": {"blocks": blocks_from_rows(selection["block_rows"]), **expanded},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +522,7 @@ class Preparations:
     def _view(self, record: PreparationRecord) -> PreparationView:
         return PreparationView.model_validate(
             {
-                **record.data["response"],
+                **_stored_response(record.data["response"]),
                 "refresh_used": record.refresh_used,
                 "accounting": self._accounting(record),
             }

@@ -33,7 +33,13 @@ from context_assembly.core.memo import (
     selection_key,
 )
 from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
-from context_assembly.core.result import BlockReport, BudgetReport, SelectionReport, SourceReport
+from context_assembly.core.result import (
+    BlockReport,
+    BudgetReport,
+    SelectionReport,
+    SourceReport,
+    block_rows_json,
+)
 from context_assembly.core.select import (
     CostPlan,
     cost_plan,
@@ -66,6 +72,7 @@ class Assembly:
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
     block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
     block_reports_json: bytes  # the same, serialised (reused while the reports are these)
+    block_rows_json: bytes  # the same in the compact stored form (``result.block_rows_json``)
 
 
 def assemble(
@@ -229,6 +236,7 @@ def assemble(
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
         block_reports=outcome.blocks,
         block_reports_json=outcome.blocks_json,
+        block_rows_json=outcome.block_rows_json,
     )
 
 
@@ -301,7 +309,12 @@ def _select(
         if graph[qid].block.expires_at is not None
     )
     outcome = Outcome(
-        segments, selection.data_tokens, tuple(blocks), _BLOCK_REPORTS.dump_json(blocks), expiry
+        segments,
+        selection.data_tokens,
+        tuple(blocks),
+        _BLOCK_REPORTS.dump_json(blocks),
+        block_rows_json(blocks),
+        expiry,
     )
     return outcome, selection.data_content
 

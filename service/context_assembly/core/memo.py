@@ -66,7 +66,8 @@ class Outcome:
     segments: tuple[Segment, ...]
     data_tokens: int
     blocks: tuple[BlockReport, ...]  # the manifest's block reports, in rank order
-    blocks_json: bytes  # those reports as the JSON array the answer and the record carry
+    blocks_json: bytes  # those reports as the JSON array the answer carries
+    block_rows_json: bytes  # and in the compact form a stored record keeps
     selected_expiry: tuple[tuple[str, str], ...]
 
 

@@ -10,8 +10,11 @@ single-model request with a message-list history answers byte for byte as before
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Literal
 
+import orjson
 from pydantic import Field
 
 from context_assembly.core.request import Frozen, Render
@@ -89,6 +92,22 @@ class BlockReport(Frozen):
     priority: int
     protected: bool
     dependencies: list[str]
+
+
+# The compact form of the manifest's block reports that a stored record keeps: one JSON array
+# per block with these fields in this order (~60 bytes a block instead of ~170 as an object).
+BLOCK_ROW_FIELDS = tuple(BlockReport.model_fields)
+_row_values = attrgetter(*BLOCK_ROW_FIELDS)
+
+
+def block_rows_json(reports: Sequence[BlockReport]) -> bytes:
+    """``reports`` in the compact stored form (see ``BLOCK_ROW_FIELDS``)."""
+    return orjson.dumps([_row_values(report) for report in reports])
+
+
+def blocks_from_rows(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """The block report objects of stored rows."""
+    return [dict(zip(BLOCK_ROW_FIELDS, row, strict=True)) for row in rows]
 
 
 class SourceReport(Frozen):
