@@ -106,3 +106,69 @@ def test_returned_models_are_serialised_by_alias(make_client: AppFactory) -> Non
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["valid"] is True
+
+
+class _CountingRouter:
+    """Wraps the app's router (the innermost ASGI app) and counts the HTTP requests it serves."""
+
+    def __init__(self, router: Any) -> None:
+        self.router = router
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.router(scope, receive, send)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.router, name)
+
+
+def _exchanges(client: Any) -> list[tuple[int, str, Any]]:
+    """Status, content type and body of prepare/budget calls that succeed and that fail."""
+    calls = [
+        ("/v1/prepare", {"json": basic_request()}),
+        ("/v1/budget", {"json": basic_request()}),
+        ("/v1/prepare", {"content": b"{", "headers": {"content-type": "application/json"}}),
+        ("/v1/prepare", {"content": b"{}", "headers": {"content-type": "text/plain"}}),
+        ("/v1/prepare", {"json": {**basic_request(), "model": 5}}),
+        ("/v1/prepare", {"json": {**basic_request(), "timezone": "Mars/Base"}}),
+        ("/v1/budget", {"json": {**basic_request(), "assembly": {"max_blocks": -1}}}),
+        ("/v1/prepare", {"json": basic_request(), "headers": {"authorization": "Bearer wrong"}}),
+    ]
+    out = []
+    for path, kwargs in calls:
+        response = client.post(path, **kwargs)
+        body = response.json()
+        for volatile in ("preparation_id", "expires_at", "instance"):
+            body.pop(volatile, None)
+        out.append((response.status_code, response.headers["content-type"], body))
+    return out
+
+
+def test_dispatched_routes_answer_as_through_the_router(make_client: AppFactory) -> None:
+    """prepare and budget skip the router, and answer exactly as the router path does."""
+    fast = make_client(auth=True)
+    counting = _CountingRouter(fast.app.router)  # type: ignore[attr-defined]
+    fast.app.router = counting  # type: ignore[attr-defined]
+    fast.app.middleware_stack = None  # type: ignore[attr-defined]  # rebuilt on the next call
+    routed = make_client(auth=True)
+    middleware = routed.app.user_middleware  # type: ignore[attr-defined]
+    kept = [m for m in middleware if m.cls is not lean.LeanDispatch]
+    assert len(kept) == len(middleware) - 1
+    routed.app.user_middleware = kept  # type: ignore[attr-defined]
+    routed_router = _CountingRouter(routed.app.router)  # type: ignore[attr-defined]
+    routed.app.router = routed_router  # type: ignore[attr-defined]
+    routed.app.middleware_stack = None  # type: ignore[attr-defined]
+    headers = {"authorization": f"Bearer {KEYS['acme']}"}
+    fast.headers.update(headers)
+    routed.headers.update(headers)
+    got = _exchanges(fast)
+    assert got == _exchanges(routed)
+    assert len(routed_router.paths) == len(got), "the comparison went through the router"
+    assert [status for status, _, _ in got] == [200, 200, 422, 422, 422, 422, 422, 401]
+    assert counting.paths == [], "the dispatched calls never reached the router"
+    assert fast.get("/v1/models").status_code == 200
+    slash = fast.post("/v1/prepare/", json=basic_request(), follow_redirects=False)
+    assert slash.status_code == 307  # the router's trailing-slash redirect, as before
+    assert counting.paths == ["/v1/models", "/v1/prepare/"], "everything else still does"

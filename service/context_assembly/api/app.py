@@ -18,10 +18,11 @@ from fastapi.routing import APIRoute
 
 from context_assembly import __version__
 from context_assembly.api.auth import Authenticator
+from context_assembly.api.lean import LeanDispatch
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import install_problem_handlers
 from context_assembly.api.reload import reload_settings
-from context_assembly.api.routes import ops, v1
+from context_assembly.api.routes import lean_dispatched, ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import create_client
 from context_assembly.contributors.ssrf import Resolver
@@ -129,6 +130,8 @@ def create_app(
     install_problem_handlers(app)
     app.include_router(v1)
     app.include_router(ops)
+    # Innermost of our middlewares: prepare and budget go straight to their lean handlers.
+    app.add_middleware(LeanDispatch, fastapi_app=app, routes=lean_dispatched(v1))
     app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)
     app.add_middleware(RequestContext, metrics=metrics)
     return app

@@ -18,13 +18,16 @@ Only endpoints whose every parameter is of a kind this module knows take the lea
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, get_type_hints
 
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.errors import InvalidError
@@ -134,3 +137,59 @@ class LeanRoute(APIRoute):
     def get_route_handler(self) -> Handler:
         handler = lean_handler(self) if inspect.iscoroutinefunction(self.endpoint) else None
         return handler if handler is not None else super().get_route_handler()
+
+
+class LeanDispatch:
+    """Serves the hottest lean routes by exact method and path, past FastAPI's router.
+
+    A prepare spends ~0.1 ms in the layers between the app's own middlewares and its handler
+    (exception middleware, exit stack, route matching, the request/response wrapper). This
+    middleware sits innermost among the app's own (request context, body limit: those still
+    apply) and sends ``routes`` straight to their lean handlers; their errors are mapped by an
+    ``ExceptionMiddleware`` built from the app's handlers, the same class and handlers FastAPI's
+    stack uses, so an error answers byte for byte as through the router. Any other request, and
+    any request under a ``root_path``, goes on to FastAPI.
+    """
+
+    def __init__(self, app: ASGIApp, fastapi_app: FastAPI, routes: Sequence[APIRoute]) -> None:
+        self.app = app
+        self._fastapi_app = fastapi_app
+        self._routes = routes
+        self._table: dict[tuple[str, str], tuple[APIRoute, ASGIApp]] | None = None
+
+    def _build(self) -> dict[tuple[str, str], tuple[APIRoute, ASGIApp]]:
+        # As FastAPI's build_middleware_stack: 500/Exception belong to ServerErrorMiddleware.
+        handlers = {
+            key: handler
+            for key, handler in self._fastapi_app.exception_handlers.items()
+            if key not in (500, Exception)
+        }
+        table: dict[tuple[str, str], tuple[APIRoute, ASGIApp]] = {}
+        for route in self._routes:
+            handler = route.get_route_handler()
+            if "{" in route.path or lean_handler(route) is None:
+                raise ValueError(f"{route.path} is not a lean route without path parameters")
+
+            async def serve(
+                scope: Scope, receive: Receive, send: Send, handler: Any = handler
+            ) -> None:
+                response = await handler(Request(scope, receive, send))
+                await response(scope, receive, send)
+
+            for method in route.methods or ():
+                table[(method, route.path)] = (route, ExceptionMiddleware(serve, handlers=handlers))
+        return table
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            table = self._table
+            if table is None:
+                table = self._table = self._build()
+            entry = table.get((scope["method"], scope["path"]))
+            if entry is not None:
+                route, app = entry
+                scope["route"] = route
+                scope["endpoint"] = route.endpoint
+                await app(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

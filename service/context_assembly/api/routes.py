@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 
 from context_assembly.api.auth import Authenticator
@@ -306,3 +307,13 @@ async def readyz(service: Service) -> Response | Health:
 async def metrics_endpoint(metrics: MetricsDep) -> Response:
     """Prometheus metrics of this process."""
     return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+DISPATCHED = ("prepare", "budget")
+
+
+def lean_dispatched(router: APIRouter) -> list[APIRoute]:
+    """The routes ``LeanDispatch`` serves past the router: the per-model-call ones."""
+    routes = [r for r in router.routes if isinstance(r, APIRoute) and r.name in DISPATCHED]
+    assert len(routes) == len(DISPATCHED), "every dispatched route exists"
+    return routes
