@@ -172,3 +172,16 @@ def test_dispatched_routes_answer_as_through_the_router(make_client: AppFactory)
     slash = fast.post("/v1/prepare/", json=basic_request(), follow_redirects=False)
     assert slash.status_code == 307  # the router's trailing-slash redirect, as before
     assert counting.paths == ["/v1/models", "/v1/prepare/"], "everything else still does"
+
+
+def test_fastapi_telemetry_is_off(make_client: AppFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No request asks OpenTelemetry for a provider (FastAPI's native telemetry is disabled)."""
+    from opentelemetry import metrics, trace
+
+    asked: list[str] = []
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: asked.append("tracer"))
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: asked.append("meter"))
+    client = make_client()
+    assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+    assert client.get("/v1/models").status_code == 200
+    assert asked == []
