@@ -53,6 +53,7 @@ from context_assembly.core.blocks import check_source_blocks, parse_timestamp
 from context_assembly.core.counting import count_messages, count_tools
 from context_assembly.core.fingerprint import digest, input_hash, prefix_hash, text_hash
 from context_assembly.core.frame import Frame
+from context_assembly.core.memo import blocks_digest
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import ContributorRef, Message, PrepareRequest, Revision, Scope
 from context_assembly.core.result import (
@@ -121,11 +122,9 @@ def new_preparation_id() -> str:
 
 
 SHAPE_V2 = "shape2:sha256:"
-# Every field of a block and of a contribution, in a fixed order (a test holds these to the
-# models' fields, so a new field cannot be left out of the hash).
-BLOCK_FIELDS = ("id", "text", "priority", "protected", "dependencies", "expires_at", "projection")
+# Every field of a contribution but its blocks (which ``blocks_digest`` covers), in fixed order
+# (a test holds these to the model's fields).
 CONTRIBUTION_FIELDS = ("source", "revision", "instructions", "recovery_tool")
-_block_values = attrgetter(*BLOCK_FIELDS)
 _contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
 
 
@@ -138,21 +137,25 @@ def _shape_exclude(request: PrepareRequest) -> set[str]:
     return exclude
 
 
-def _request_shape_hash(request: PrepareRequest) -> str:
+def _request_shape_hash(request: PrepareRequest, digests: Mapping[str, bytes] | None = None) -> str:
     """Hash of everything refresh must find unchanged (all but history, input and render).
 
     SHA-256 over the canonical JSON (sorted keys) of the request without its contributions, a
-    newline, then the contributions as JSON arrays of their fields and their blocks' fields in
-    fixed order (blocks hold no objects, so that is canonical too). The contributions are most of
-    a request; building their dictionaries for a sorted dump cost ~0.1 ms for 128 blocks.
+    newline, then each contribution's fields and the SHA-256 of its blocks (``blocks_digest``)
+    as JSON arrays. ``digests`` (by source) are the assembly's, so a prepare hashes its blocks
+    once; a source missing from them is hashed here.
     """
+    known = digests or {}
     head = request.model_dump(mode="json", exclude=_shape_exclude(request) | {"contributions"})
     hasher = hashlib.sha256(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
     hasher.update(b"\n")
     hasher.update(
         orjson.dumps(
             [
-                (*_contribution_values(item), [_block_values(block) for block in item.blocks])
+                (
+                    *_contribution_values(item),
+                    (known.get(item.source) or blocks_digest(item.blocks)).hex(),
+                )
                 for item in request.contributions
             ]
         )
@@ -462,7 +465,7 @@ class Preparations:
             "prefix_len": assembly.placed.prefix_len,
             "input_len": len(request.input),
             "instructions_hash": assembly.instructions_hash,
-            "shape_hash": _request_shape_hash(request),
+            "shape_hash": _request_shape_hash(request, dict(assembly.block_digests)),
             "history_hashes": history_hashes
             if history_hashes is not None
             else _message_hashes(request.history_messages),

@@ -20,7 +20,7 @@ from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import BLOCK_ROW_FIELDS
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import run_assembly, to_response
-from context_assembly.preparations import Prepared, _stored_response
+from context_assembly.preparations import Prepared, _request_shape_hash, _stored_response
 from context_assembly.tokens.registry import ModelRegistry
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
@@ -61,6 +61,10 @@ def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
         # A record written before the compact form (reports as objects) reads the same.
         assert _stored_response(expected) == expected
     assert memo.info()[0] >= 1, "the second turn was served from the memo"
+    # The shape hash from the assembly's block digests is the one refresh computes afresh.
+    assert _request_shape_hash(request, dict(assembly.block_digests)) == _request_shape_hash(
+        request
+    )
 
 
 def test_reports_other_than_the_assemblys_are_serialised_afresh() -> None:

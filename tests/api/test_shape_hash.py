@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from context_assembly.core.memo import BLOCK_FIELDS
 from context_assembly.core.request import Block, Contribution, PrepareRequest
 from context_assembly.preparations import (
-    BLOCK_FIELDS,
     CONTRIBUTION_FIELDS,
     SHAPE_V2,
     _request_shape_hash,

@@ -30,6 +30,7 @@ from context_assembly.core.memo import (
     AssemblyMemo,
     Outcome,
     Segment,
+    blocks_digest,
     selection_key,
 )
 from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
@@ -73,6 +74,7 @@ class Assembly:
     block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
     block_reports_json: bytes  # the same, serialised (reused while the reports are these)
     block_rows_json: bytes  # the same in the compact stored form (``result.block_rows_json``)
+    block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
 
 
 def assemble(
@@ -106,8 +108,9 @@ def assemble(
     groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
+    digests = tuple((group.source, blocks_digest(group.blocks)) for group in groups)
     key = (
-        memo.key(groups, source_order, failed, counter, profile, options)
+        memo.key(digests, source_order, failed, counter, profile, options)
         if memo is not None
         else None
     )
@@ -237,6 +240,7 @@ def assemble(
         block_reports=outcome.blocks,
         block_reports_json=outcome.blocks_json,
         block_rows_json=outcome.block_rows_json,
+        block_digests=digests,
     )
 
 

@@ -6,13 +6,11 @@ prepare's work, and it is a pure function of the blocks and a few numbers. The m
 *text-free* result under a key that names all of those inputs, so that a repeated turn only
 renders the data message again (from the current request's own blocks) and reuses the rest.
 
-What the key holds (``AssemblyMemo.key``), per block: id, priority, protected flag,
-dependencies, expiry string, and the length and keyed SipHash of its text and projection (never
-the text); then the source order, the failed sources, the token counter (by identity), the model
-profile and the validation limits. ``Outcome`` is further keyed by the data limit, the data
-budget and the source limits. A wrong result would need two texts of the same block id and
-length with equal 64-bit keyed hashes, the same argument (and risk) as the count cache's
-(``tokens/counter.py``).
+What the key holds (``AssemblyMemo.key``): per source, the SHA-256 of all of its blocks' fields
+(``blocks_digest``; never the text itself); then the source order, the failed sources, the token
+counter (by identity), the model profile and the validation limits. ``Outcome`` is further keyed
+by the data limit, the data budget and the source limits. The same digests serve the request
+shape hash that refresh compares (``preparations.py``), so the blocks are hashed once a request.
 
 What is kept: the protected demand, and per selection key the rendered order (source, block
 position, view), the exact token count of that data message, the manifest's block reports (ids,
@@ -33,15 +31,38 @@ threads computing the same entry store equal values.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Final
 
-from context_assembly.core.blocks import SourceBlocks
+import orjson
+
 from context_assembly.core.counting import ModelProfile, TokenCounter
-from context_assembly.core.request import AssemblyOptions
+from context_assembly.core.request import AssemblyOptions, Block
 from context_assembly.core.result import BlockReport
+
+# Every field of a block, in a fixed order (a test holds this to the model's fields, so a new
+# field cannot be left out of the digest).
+BLOCK_FIELDS: Final = (
+    "id",
+    "text",
+    "priority",
+    "protected",
+    "dependencies",
+    "expires_at",
+    "projection",
+)
+_block_values = attrgetter(*BLOCK_FIELDS)
+
+
+def blocks_digest(blocks: Sequence[Block]) -> bytes:
+    """SHA-256 of the blocks' fields as JSON arrays in ``BLOCK_FIELDS`` order: the identity of
+    one source's blocks (canonical: a block holds no JSON object whose key order could vary)."""
+    return hashlib.sha256(orjson.dumps(list(map(_block_values, blocks)))).digest()
+
 
 DEFAULT_MAX_BLOCKS: Final = 65_536  # block reports held in all (~1 KB each with its key)
 MAX_OUTCOMES: Final = 4  # selections kept per set of blocks (different limits), oldest dropped
@@ -127,43 +148,17 @@ class AssemblyMemo:
 
     @staticmethod
     def key(
-        groups: Sequence[SourceBlocks],
+        digests: Sequence[tuple[str, bytes]],
         source_order: Sequence[str],
         failed: frozenset[str],
         counter: TokenCounter,
         profile: ModelProfile,
         options: AssemblyOptions,
     ) -> MemoKey:
-        """The key of everything a selection over ``groups`` depends on but the limits and time."""
-        # Field values through each model's ``__dict__`` (pydantic keeps them there): one dict
-        # per block instead of seven attribute lookups through the class hierarchy.
-        blocks = tuple(
-            [
-                (
-                    group.source,
-                    tuple(
-                        [
-                            (
-                                f["id"],
-                                f["priority"],
-                                f["protected"],
-                                tuple(f["dependencies"]),
-                                f["expires_at"],
-                                len(f["text"]),
-                                hash(f["text"]),
-                                None
-                                if f["projection"] is None
-                                else (len(f["projection"]), hash(f["projection"])),
-                            )
-                            for f in map(vars, group.blocks)
-                        ]
-                    ),
-                )
-                for group in groups
-            ]
-        )
+        """The key of everything a selection depends on but the limits and the time, from the
+        ``(source, blocks_digest)`` of each live source in order."""
         return (
-            blocks,
+            tuple(digests),
             tuple(source_order),
             failed,
             counter,
