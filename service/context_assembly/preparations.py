@@ -59,8 +59,8 @@ from context_assembly.core.request import ContributorRef, Message, PrepareReques
 from context_assembly.core.result import (
     BlockReport,
     PrepareResponse,
-    block_rows_json,
-    blocks_from_rows,
+    pack_block_rows,
+    unpack_block_rows,
 )
 from context_assembly.core.sources import (
     SourceInput,
@@ -212,7 +212,7 @@ class Prepared:
     """A prepare or refresh answer: the response, and its JSON serialised once for both uses.
 
     ``stored`` is the response without its frame (what the record keeps: no text), its block
-    reports as compact rows (``result.BLOCK_ROW_FIELDS``); ``body`` is the HTTP answer. Members
+    reports packed (``result.pack_block_rows``); ``body`` is the HTTP answer. Members
     are placed where splicing is trivial (``selection`` first, its ``blocks`` first, ``frame``
     last): JSON objects are unordered (RFC 8259 §4). A memoised turn serialised the reports once.
     """
@@ -230,13 +230,13 @@ class Prepared:
         if len(reports) == len(assembly.block_reports) and all(
             map(operator.is_, reports, assembly.block_reports)
         ):
-            blocks, rows = assembly.block_reports_json, assembly.block_rows_json
+            blocks, rows = assembly.block_reports_json, assembly.block_rows
         else:
-            blocks, rows = _BLOCKS.dump_json(reports), block_rows_json(reports)
+            blocks, rows = _BLOCKS.dump_json(reports), pack_block_rows(reports)
         rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
         tail = (b",", rest[1:]) if len(rest) > 2 else (b"}",)
         answered = b"".join((b'{"selection":{"blocks":', blocks, *tail))
-        kept = b"".join((b'{"selection":{"block_rows":', rows, *tail))
+        kept = b"".join((b'{"selection":{"block_rows_z":"', rows.encode("ascii"), b'"', *tail))
         rest = response.__pydantic_serializer__.to_json(response, exclude={"frame", "selection"})
         frame = _FRAME.dump_json(response.frame)
         body = b"".join((answered, b",", rest[1:-1], b',"frame":', frame, b"}"))
@@ -244,15 +244,13 @@ class Prepared:
 
 
 def _stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's response as the answer had it (block reports expanded from their rows)."""
+    """A record's response as the answer had it (block reports unpacked from their rows)."""
     selection = stored["selection"]
-    if "block_rows" not in selection:
-        return dict(stored)  # a record written before the compact form
-    expanded = {k: v for k, v in selection.items() if k != "block_rows"}
-    return {
-        **stored,
-        "selection": {"blocks": blocks_from_rows(selection["block_rows"]), **expanded},
-    }
+    if "block_rows_z" not in selection:
+        return dict(stored)  # a record written before the packed form
+    rest = {k: v for k, v in selection.items() if k != "block_rows_z"}
+    blocks = unpack_block_rows(selection["block_rows_z"])
+    return {**stored, "selection": {"blocks": blocks, **rest}}
 
 
 @dataclass(frozen=True, slots=True)

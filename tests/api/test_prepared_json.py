@@ -17,7 +17,7 @@ import pytest
 
 from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.request import PrepareRequest
-from context_assembly.core.result import BLOCK_ROW_FIELDS
+from context_assembly.core.result import unpack_block_rows
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import run_assembly, to_response
 from context_assembly.preparations import Prepared, _request_shape_hash, _stored_response
@@ -56,7 +56,9 @@ def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
         del expected["frame"]
         stored = orjson.loads(prepared.stored)
         assert "blocks" not in stored["selection"]
-        assert len(stored["selection"]["block_rows"]) == len(expected["selection"]["blocks"])
+        assert len(unpack_block_rows(stored["selection"]["block_rows_z"])) == len(
+            expected["selection"]["blocks"]
+        )
         assert _stored_response(stored) == expected
         # A record written before the compact form (reports as objects) reads the same.
         assert _stored_response(expected) == expected
@@ -88,6 +90,30 @@ def test_reports_other_than_the_assemblys_are_serialised_afresh() -> None:
     assert body["selection"]["blocks"][0]["id"] == "renamed"
     assert body == orjson.loads(edited.model_dump_json())
     stored = orjson.loads(Prepared.of(edited, assembly).stored)
-    assert dict(zip(BLOCK_ROW_FIELDS, stored["selection"]["block_rows"][0], strict=True))["id"] == (
-        "renamed"
-    )
+    assert unpack_block_rows(stored["selection"]["block_rows_z"])[0]["id"] == "renamed"
+
+
+def test_a_record_of_128_blocks_is_small_and_reads_back_whole(make_client: Any) -> None:
+    """The record packs its block reports (one SQLite page for 128 blocks, no overflow pages to
+    write) and the stored view unpacks them to exactly what the answer said."""
+    blocks = [
+        {"id": f"entry-{i}", "text": f"Entry {i}: the export job finished. " * 3, "priority": i % 7}
+        for i in range(128)
+    ]
+    body = {
+        "model": "gpt-4o-mini",
+        "plugins": [{"name": "memory"}],
+        "contributions": [{"source": "memory", "revision": 1, "blocks": blocks}],
+        "assembly": {"max_data_tokens": 2000},
+        "input": [{"role": "user", "content": "What finished?"}],
+    }
+    client = make_client()
+    answer = client.post("/v1/prepare", json=body).json()
+    prep_id = answer["preparation_id"]
+    store = client.app.state.preparations.store  # type: ignore[attr-defined]
+    record = client.portal.call(store.get, "default", prep_id, 0.0)  # type: ignore[attr-defined]
+    assert len(orjson.dumps(record.data)) < 4000
+    assert "blocks" not in record.data["response"]["selection"]
+    view = client.get(f"/v1/preparations/{prep_id}").json()
+    assert view["selection"]["blocks"] == answer["selection"]["blocks"]
+    assert {b["status"] for b in view["selection"]["blocks"]} == {"selected", "omitted"}

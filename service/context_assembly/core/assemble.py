@@ -39,7 +39,7 @@ from context_assembly.core.result import (
     BudgetReport,
     SelectionReport,
     SourceReport,
-    block_rows_json,
+    pack_block_rows,
 )
 from context_assembly.core.select import (
     CostPlan,
@@ -73,7 +73,7 @@ class Assembly:
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
     block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
     block_reports_json: bytes  # the same, serialised (reused while the reports are these)
-    block_rows_json: bytes  # the same in the compact stored form (``result.block_rows_json``)
+    block_rows: str  # the same in the packed stored form (``result.pack_block_rows``)
     block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
 
 
@@ -239,7 +239,7 @@ def assemble(
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
         block_reports=outcome.blocks,
         block_reports_json=outcome.blocks_json,
-        block_rows_json=outcome.block_rows_json,
+        block_rows=outcome.block_rows,
         block_digests=digests,
     )
 
@@ -317,7 +317,7 @@ def _select(
         selection.data_tokens,
         tuple(blocks),
         _BLOCK_REPORTS.dump_json(blocks),
-        block_rows_json(blocks),
+        pack_block_rows(blocks),
         expiry,
     )
     return outcome, selection.data_content

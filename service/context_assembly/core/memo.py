@@ -88,7 +88,7 @@ class Outcome:
     data_tokens: int
     blocks: tuple[BlockReport, ...]  # the manifest's block reports, in rank order
     blocks_json: bytes  # those reports as the JSON array the answer carries
-    block_rows_json: bytes  # and in the compact form a stored record keeps
+    block_rows: str  # and in the packed form a stored record keeps (``result.pack_block_rows``)
     selected_expiry: tuple[tuple[str, str], ...]
 
 

@@ -10,6 +10,8 @@ single-model request with a message-list history answers byte for byte as before
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Literal
@@ -94,19 +96,23 @@ class BlockReport(Frozen):
     dependencies: list[str]
 
 
-# The compact form of the manifest's block reports that a stored record keeps: one JSON array
-# per block with these fields in this order (~60 bytes a block instead of ~170 as an object).
+# The compact form of the manifest's block reports that a stored record keeps: one JSON array per
+# block with these fields in this order, the whole list zlib-compressed and base64-encoded. The
+# reports repeat their sources, statuses and reasons: 128 reports take ~1.6 KB instead of ~21 KB
+# as objects, so a typical record fits one SQLite page (no overflow pages to write).
 BLOCK_ROW_FIELDS = tuple(BlockReport.model_fields)
 _row_values = attrgetter(*BLOCK_ROW_FIELDS)
 
 
-def block_rows_json(reports: Sequence[BlockReport]) -> bytes:
+def pack_block_rows(reports: Sequence[BlockReport]) -> str:
     """``reports`` in the compact stored form (see ``BLOCK_ROW_FIELDS``)."""
-    return orjson.dumps([_row_values(report) for report in reports])
+    rows = orjson.dumps([_row_values(report) for report in reports])
+    return base64.b64encode(zlib.compress(rows, 1)).decode("ascii")
 
 
-def blocks_from_rows(rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """The block report objects of stored rows."""
+def unpack_block_rows(packed: str) -> list[dict[str, Any]]:
+    """The block report objects of a packed form (``pack_block_rows``)."""
+    rows = orjson.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
     return [dict(zip(BLOCK_ROW_FIELDS, row, strict=True)) for row in rows]
 
 
