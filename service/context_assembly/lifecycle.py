@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictStr
 
 from context_assembly.core.frame import Frame
-from context_assembly.core.request import Frozen, Scope
+from context_assembly.core.request import Frozen, JsonObject, Scope
 from context_assembly.core.result import BudgetReport, SelectionReport
 from context_assembly.core.usage import CallKind, Provider
 
@@ -30,7 +30,7 @@ class RepairRequest(Frozen):
     instructions: StrictStr = ""
     frame: Frame
     answer: StrictStr
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: JsonObject | None = Field(default=None, alias="schema")
 
 
 class RepairResponse(Frozen):
@@ -43,7 +43,7 @@ class UsageRequest(Frozen):
     report_id: StrictStr = Field(min_length=1, max_length=256)
     provider: Provider
     call: CallKind = "main"
-    usage: dict[str, Any]
+    usage: JsonObject
 
 
 class Observation(Frozen):

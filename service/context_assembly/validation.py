@@ -13,8 +13,18 @@ from context_assembly.errors import InvalidError
 M = TypeVar("M", bound=BaseModel)
 
 
+# Location parts pydantic adds for the branch of a union it tried ("str", "list[...]",
+# "function-after[...]"): they name types, not fields, so the path a client sees leaves them out.
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
 def _loc(loc: Sequence[Any]) -> str:
-    return ".".join(str(part) for part in loc) or "(body)"
+    parts = [
+        str(part)
+        for part in loc
+        if not (isinstance(part, str) and (part in _TYPE_TAGS or "[" in part))
+    ]
+    return ".".join(parts) or "(body)"
 
 
 def invalid_from_errors(errors: Sequence[Any], what: str = "request") -> InvalidError:
@@ -27,7 +37,10 @@ def invalid_from_errors(errors: Sequence[Any], what: str = "request") -> Invalid
         }
         for err in errors
     ]
-    first = items[0] if items else {"loc": "(body)", "msg": "invalid"}
+    # A value of the right shape that cannot be encoded again says more than the type errors
+    # of the other branches of the same union (``str``, say), which pydantic lists first.
+    named = [item for item in items if item["type"] == "json_encodable"]
+    first = (named or items or [{"loc": "(body)", "msg": "invalid"}])[0]
     more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
     return InvalidError(f"invalid {what}: {first['loc']}: {first['msg']}{more}", errors=items)
 

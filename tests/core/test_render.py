@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from context_assembly.core.frame import Frame
 from context_assembly.core.render import RAW_ARGUMENTS_KEY, render_frame
@@ -443,13 +444,15 @@ def test_gemini_tool_result_name_falls_back_to_message_name() -> None:
 
 @pytest.mark.parametrize("target", ["openai-chat", "openai-responses"])
 def test_unencodable_arguments_are_invalid_not_a_crash(target: Render) -> None:
-    """Object arguments JSON cannot carry (integers beyond 64 bits) are refused by path."""
+    """Object arguments JSON cannot carry (integers beyond 64 bits) are refused by the model
+    (``request.JsonObject``) and, should one be built without validation, by path in render."""
+    with pytest.raises(ValidationError, match="json_encodable"):
+        ToolCall(id="1", name="f", arguments={"n": 2**70})
+    unchecked = ToolCall.model_construct(id="1", name="f", arguments={"n": 2**70})
     frame = Frame(
         messages=[
             Message(role="user", content="x"),
-            Message(
-                role="assistant", tool_calls=[ToolCall(id="1", name="f", arguments={"n": 2**70})]
-            ),
+            Message.model_construct(role="assistant", content="", tool_calls=[unchecked]),
         ]
     )
     with pytest.raises(InvalidError) as caught:

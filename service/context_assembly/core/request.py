@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -27,6 +29,23 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 MAX_OPTION = 1_000_000
+
+
+def _encodable(value: Any) -> Any:
+    """Free-form JSON must encode again: the service serialises it to count, hash, render and
+    store, and an integer beyond 64 bits cannot be (it would fail there, as a 500)."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as err:
+        raise PydanticCustomError(
+            "json_encodable", "JSON the service cannot encode again: {reason}", {"reason": str(err)}
+        ) from None
+    return value
+
+
+# A free-form JSON object (or value) that the service can encode again (see ``_encodable``).
+JsonObject = Annotated[dict[str, Any], AfterValidator(_encodable)]
+JsonValue = Annotated[Any, AfterValidator(_encodable)]
 
 
 class Frozen(BaseModel):
@@ -49,6 +68,11 @@ class OpaquePart(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
     type: Literal["image", "file", "opaque"]
 
+    @model_validator(mode="after")
+    def _extra_encodable(self) -> OpaquePart:
+        _encodable(self.model_extra)
+        return self
+
 
 Part = Annotated[TextPart | OpaquePart, Field(discriminator="type")]
 
@@ -56,7 +80,7 @@ Part = Annotated[TextPart | OpaquePart, Field(discriminator="type")]
 class ToolCall(Frozen):
     id: StrictStr
     name: StrictStr
-    arguments: StrictStr | dict[str, Any] = ""
+    arguments: StrictStr | JsonObject = ""
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -73,7 +97,7 @@ class Message(Frozen):
 class Tool(Frozen):
     name: StrictStr = Field(min_length=1, max_length=256)
     description: StrictStr = ""
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
 
 
 class Plugin(Frozen):
@@ -137,7 +161,7 @@ class Contribution(Frozen):
 class WhiteboardEntry(Frozen):
     key: StrictStr
     description: StrictStr = ""
-    value: Any = None
+    value: JsonValue = None
     priority: Literal["low", "normal", "high", "critical"] = "normal"
 
 

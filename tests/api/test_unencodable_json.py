@@ -1,0 +1,96 @@
+"""Free-form JSON the service could not encode again is a named 422, never a 500.
+
+Tool schemas, tool-call arguments, opaque parts, whiteboard values, repair schemas and usage
+objects are carried as given; the service serialises them again to count, hash, render and
+store, and an integer beyond 64 bits cannot be. Before the check it failed deep inside as
+``INTERNAL`` (500); now the request is refused up front, naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from api_support import AppFactory, basic_request, neutral_frame
+
+BIG = 2**70
+INPUT = [{"role": "user", "content": "hi"}]
+
+
+def _prepare(**fields: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o-mini", "input": INPUT, **fields}
+
+
+PREPARE_CASES = [
+    ("tools.0.parameters", _prepare(tools=[{"name": "t", "parameters": {"maximum": BIG}}])),
+    (
+        "history.0.tool_calls.0.arguments",
+        _prepare(
+            history=[
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": "c1", "name": "t", "arguments": {"x": [BIG]}}],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            ]
+        ),
+    ),
+    (
+        "input.0.content.0.opaque",
+        _prepare(input=[{"role": "user", "content": [{"type": "opaque", "data": BIG}]}]),
+    ),
+    (
+        "whiteboard.entries.0.value",
+        _prepare(
+            plugins=[{"name": "wb"}],
+            whiteboard={"source": "wb", "entries": [{"key": "k", "value": {"n": -BIG}}]},
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("render", ["neutral", "anthropic"])
+@pytest.mark.parametrize(("field", "body"), PREPARE_CASES, ids=[c[0] for c in PREPARE_CASES])
+def test_prepare_and_budget_name_the_field(
+    make_client: AppFactory, field: str, body: dict[str, Any], render: str
+) -> None:
+    client = make_client()
+    for path in ("/v1/prepare", "/v1/budget"):
+        response = client.post(path, json={**body, "render": render})
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["code"] == "CONTEXT_ASSEMBLY_INVALID"
+        assert problem["detail"].startswith(f"invalid request: {field}: JSON the service cannot")
+        assert str(BIG) not in response.text  # the offending value is never echoed
+
+
+def test_64_bit_integers_are_fine(make_client: AppFactory) -> None:
+    body = _prepare(
+        tools=[{"name": "t", "parameters": {"maximum": 2**63 - 1, "minimum": -(2**63)}}]
+    )
+    assert make_client().post("/v1/prepare", json=body).status_code == 200
+
+
+def test_repair_schema_and_usage_object_name_the_field(make_client: AppFactory) -> None:
+    client = make_client()
+    prep = client.post("/v1/prepare", json=basic_request()).json()
+    base = f"/v1/preparations/{prep['preparation_id']}"
+    repair = client.post(
+        f"{base}/repair",
+        json={
+            "model": "gpt-4o-mini",
+            "instructions": basic_request()["instructions"],
+            "frame": neutral_frame(prep),
+            "answer": "x",
+            "schema": {"type": "integer", "maximum": BIG},
+        },
+    )
+    assert repair.status_code == 422, repair.text
+    assert "schema" in repair.json()["detail"]
+    usage = client.post(
+        f"{base}/usage",
+        json={"report_id": "r1", "provider": "openai", "usage": {"prompt_tokens": BIG}},
+    )
+    assert usage.status_code == 422, usage.text
+    assert "usage" in usage.json()["detail"]
