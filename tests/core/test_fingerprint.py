@@ -1,14 +1,18 @@
-"""Frame hashes computed in one pass equal their definitions; the date line is locale-free."""
+"""Frame hashes computed in one pass equal their definitions (and the frame JSON the neutral
+render); the date line is locale-free."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_assembly.core.fingerprint import fingerprint, frame_hashes, prefix_hash
+from context_assembly.core.frame import Frame
 from context_assembly.core.layout import date_line
+from context_assembly.core.render import render_frame
 from context_assembly.core.request import Message, Scope, Tool
 
 TEXT = st.text(
@@ -43,10 +47,12 @@ def test_frame_hashes_equal_fingerprint_and_prefix_hash(
 ) -> None:
     prefix_len = data.draw(st.integers(0, len(messages)))
     got = frame_hashes(model, tenant, scope, render, messages, tools, prefix_len)
-    assert got == (
+    assert got[:2] == (
         fingerprint(model, tenant, scope, render, messages, tools),
         prefix_hash(model, messages[:prefix_len], tools),
     )
+    frame = Frame(messages=messages, tools=tools)
+    assert orjson.loads(got[2]) == render_frame(frame, "neutral", model, None)
 
 
 def test_the_date_line_names_the_weekday_in_english_to_the_minute() -> None:

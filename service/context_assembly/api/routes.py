@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
+from starlette.background import BackgroundTask
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.breakdown import render_html, render_text
@@ -37,7 +38,7 @@ from context_assembly.lifecycle import (
     ValidateResponse,
 )
 from context_assembly.metrics import Metrics
-from context_assembly.preparations import Preparations
+from context_assembly.preparations import Preparations, Prepared
 from context_assembly.tokens.registry import ModelRegistry
 
 
@@ -72,6 +73,18 @@ def json_response(model: BaseModel) -> Response:
     the models are already validated.
     """
     return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _answer(prepared: Prepared, metrics: Metrics, operation: str, seconds: float) -> Response:
+    """The prepared JSON as the answer; its metrics are recorded once the body is sent (they
+    are not the caller's to wait for)."""
+
+    async def observe() -> None:
+        metrics.observe_preparation(operation, seconds, prepared.response)
+
+    return Response(
+        prepared.body, media_type="application/json", background=BackgroundTask(observe)
+    )
 
 
 async def get_tenant(request: Request) -> str:
@@ -112,8 +125,7 @@ async def prepare(
     """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
     started = time.perf_counter()
     prepared = await service.prepare(tenant, body)
-    metrics.observe_preparation("prepare", time.perf_counter() - started, prepared.response)
-    return Response(prepared.body, media_type="application/json")
+    return _answer(prepared, metrics, "prepare", time.perf_counter() - started)
 
 
 @v1.post("/budget", response_model=BudgetResponse, responses=_problems(*COMMON), name="budget")
@@ -158,8 +170,7 @@ async def refresh(
     """One more contribution and selection round after host hooks edited history or input (once)."""
     started = time.perf_counter()
     prepared = await service.refresh(tenant, preparation_id, body)
-    metrics.observe_preparation("refresh", time.perf_counter() - started, prepared.response)
-    return Response(prepared.body, media_type="application/json")
+    return _answer(prepared, metrics, "refresh", time.perf_counter() - started)
 
 
 @v1.post(

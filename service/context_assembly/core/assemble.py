@@ -75,6 +75,7 @@ class Assembly:
     block_reports_json: bytes  # the same, serialised (reused while the reports are these)
     block_rows: str  # the same in the packed stored form (``result.pack_block_rows``)
     block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
+    neutral_frame_json: bytes  # ``frame`` as the neutral render's JSON (``frame_hashes``)
 
 
 def assemble(
@@ -215,7 +216,7 @@ def assemble(
     )
     prefix = placed.messages[: placed.prefix_len]
     prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
-    fingerprint, prefix_hash = frame_hashes(
+    fingerprint, prefix_hash, frame_json = frame_hashes(
         request.model_name,
         tenant,
         request.scope,
@@ -241,6 +242,7 @@ def assemble(
         block_reports_json=outcome.blocks_json,
         block_rows=outcome.block_rows,
         block_digests=digests,
+        neutral_frame_json=frame_json,
     )
 
 

@@ -69,13 +69,15 @@ def frame_hashes(
     messages: Sequence[Message],
     tools: Sequence[Tool],
     prefix_len: int,
-) -> tuple[str, str]:
-    """``(fingerprint(...), prefix_hash(model, messages[:prefix_len], tools))`` in one pass.
+) -> tuple[str, str, bytes]:
+    """``(fingerprint(...), prefix_hash(model, messages[:prefix_len], tools), neutral frame JSON)``
+    in one pass.
 
     Both hash canonical JSON that starts with the same messages (``"messages"`` sorts first), so
     each message is serialised once and the prefix is hashed once: the SHA-256 state after the
     prefix's messages is copied and finished both ways. The data message is usually most of a
-    frame, and both hashes cover it.
+    frame, and both hashes cover it. The third value is the frame as the ``neutral`` render
+    gives it (``{"messages": [...], "tools": [...]}``, object keys sorted), from the same bytes.
     """
     dumped = [orjson.dumps(item, option=_SORTED) for item in _messages(messages)]
     tools_json = orjson.dumps(_tools(tools), option=_SORTED)
@@ -104,7 +106,8 @@ def frame_hashes(
             )
         )
     )
-    return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest()
+    frame_json = b"".join((b'{"messages":[', b",".join(dumped), b'],"tools":', tools_json, b"}"))
+    return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest(), frame_json
 
 
 def input_hash(inputs: Sequence[Message]) -> str:
