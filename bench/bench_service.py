@@ -1,7 +1,9 @@
 """Service benchmark: real uvicorn processes on loopback, measured from a client process.
 
 1. ``prepare`` with inline blocks (128 blocks, ~20 KB of data) against a bare FastAPI echo of the
-   same payload (bench/echo_app.py), interleaved rounds, concurrency 1: p50 ratio.
+   same payload (bench/echo_app.py), interleaved rounds, concurrency 1: p50 ratio. The same body
+   each time is an agent's repeated turn (the assembly memo serves it); a second figure sends one
+   new entry every request, so every turn is decided afresh.
 2. ``prepare`` fanning out to 8 registered contributors answering in 20 ms, at concurrency 1
    and 16: p50, p99, errors. Each contributor is its own uvicorn process (8 servers, as in the
    baseline's fan-out measurement, ../shared/reference/perf-baseline.md §4): one process serving
@@ -75,7 +77,9 @@ def start_contributor() -> tuple[subprocess.Popen[bytes], int]:
     return start(cmd, port, "/"), port
 
 
-def inline_request() -> bytes:
+def inline_request(turn: int | None = None) -> bytes:
+    """The 128-block inline prepare; with ``turn``, entry 0 names that turn, so each turn's blocks
+    are new to the assembly memo (a repeated turn is a memo hit)."""
     blocks = [
         {
             "id": f"entry-{i}",
@@ -85,6 +89,8 @@ def inline_request() -> bytes:
         }
         for i in range(128)
     ]
+    if turn is not None:
+        blocks[0]["text"] = f"Turn {turn}: a new entry arrived. " + str(blocks[0]["text"])
     body = {
         "model": "gpt-4o-mini",
         "instructions": "Be exact.",
@@ -110,7 +116,11 @@ def fanout_request(n: int) -> bytes:
     )
 
 
-async def load(url: str, body: bytes, concurrency: int, total: int) -> tuple[list[float], int]:
+async def load(
+    url: str, body: bytes | list[bytes], concurrency: int, total: int
+) -> tuple[list[float], int]:
+    """``total`` POSTs of ``body`` (or of each of ``body`` in turn) from ``concurrency`` workers."""
+    bodies = body if isinstance(body, list) else [body]
     latencies: list[float] = []
     errors = 0
     remaining = total
@@ -121,11 +131,12 @@ async def load(url: str, body: bytes, concurrency: int, total: int) -> tuple[lis
             nonlocal remaining, errors
             while remaining > 0:
                 remaining -= 1
+                payload = bodies[remaining % len(bodies)]
                 started = time.perf_counter()
                 try:
                     async with session.post(
                         url,
-                        data=body,
+                        data=payload,
                         headers={"content-type": "application/json"},
                         timeout=aiohttp.ClientTimeout(total=30),
                     ) as resp:
@@ -210,6 +221,20 @@ def main() -> None:
         print(f"  FastAPI echo p50 {pct(base, 0.5):6.2f} ms  p99 {pct(base, 0.99):6.2f} ms")
         print(
             f"  ratio prepare/echo at p50: {statistics.median(prep) / statistics.median(base):.2f}x (target <= 1.5x)"
+        )
+        # The same request again and again is a repeated turn: the assembly memo serves it.
+        # Here every request carries one new entry, so every turn is decided afresh (a miss).
+        fresh = [inline_request(turn) for turn in range(1000)]
+        asyncio.run(load(svc, fresh[:50], 1, 50))
+        new, base = [], []
+        for round_ in range(5):
+            chunk = fresh[50 + round_ * 100 : 150 + round_ * 100]
+            new += asyncio.run(load(svc, chunk, 1, 100))[0]
+            base += asyncio.run(load(echo, body, 1, 100))[0]
+        print(f"  prepare, new blocks every turn (memo miss) p50 {pct(new, 0.5):6.2f} ms")
+        print(
+            f"  ratio miss/echo at p50: {statistics.median(new) / statistics.median(base):.2f}x"
+            " (no target; the target above is the repeated turn)"
         )
 
         fan = fanout_request(8)
