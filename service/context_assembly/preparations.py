@@ -24,6 +24,7 @@ adds to its own count (the repair call is sent on top of the same provider-held 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import operator
 import secrets
@@ -384,8 +385,8 @@ class Preparations:
                 deadline,
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
+                check=functools.partial(_check_blocks, request=request),
             )
-            outcomes = [_check_blocks(o, request) for o in outcomes]
             raise_for_failures(outcomes, targets)
         used_ms = (self.clock.monotonic() - start) * 1000.0
         by_source = {o.source: o for o in outcomes}

@@ -22,7 +22,7 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -431,8 +431,12 @@ async def contribute_all(
     deadline_monotonic: float,
     max_response_bytes: int,
     clock: Callable[[], float] = time.monotonic,
+    check: Callable[[ContributorOutcome], ContributorOutcome] | None = None,
 ) -> list[ContributorOutcome]:
     """Call every target concurrently and return one outcome per target, in target order.
+
+    ``check`` (the caller's block rules) runs on each outcome as soon as its answer is parsed, so
+    the answers that arrive early are checked while the others are awaited.
 
     Each call sends a ``contribute`` packet (SPEC §3.4) with ``X-Contributor-Timeout-Ms`` (the
     remaining integer ms at send time, at least 1), ``content-type: application/json``, a stable
@@ -454,7 +458,13 @@ async def contribute_all(
         )
         for t in targets
     ]
-    return list(await asyncio.gather(*calls))
+    if check is None:
+        return list(await asyncio.gather(*calls))
+
+    async def checked(call: Awaitable[ContributorOutcome]) -> ContributorOutcome:
+        return check(await call)
+
+    return list(await asyncio.gather(*map(checked, calls)))
 
 
 def raise_for_failures(
