@@ -72,6 +72,7 @@ from context_assembly.core.sources import (
 from context_assembly.core.usage import accounting_observation, normalize_usage
 from context_assembly.engine import (
     ModelContext,
+    groundwork_for,
     local_time,
     model_context,
     rfc3339,
@@ -179,6 +180,31 @@ def _same_shape(request: PrepareRequest, stored: str) -> bool:
 def _native(request: PrepareRequest) -> dict[str, Any] | None:
     native = request.native_history
     return None if native is None else native.model_dump(mode="json")
+
+
+def _request_part(
+    request: PrepareRequest,
+    digests: Mapping[str, bytes] | None = None,
+    history_hashes: list[str] | None = None,
+) -> dict[str, Any]:
+    """The fields of a record that depend on the request alone (no contributor answer)."""
+    scope = request.scope.model_dump(mode="json")
+    return {
+        "requested_models": request.candidates,
+        "native_history": _native(request),
+        "scope_hash": digest(scope),
+        "scope": scope,
+        "render": request.render,
+        "input_len": len(request.input),
+        "shape_hash": _request_shape_hash(request, digests),
+        "history_hashes": history_hashes
+        if history_hashes is not None
+        else _message_hashes(request.history_messages),
+        "contributors": [
+            ref.model_dump(mode="json", exclude_none=True) for ref in request.contributors
+        ],
+        "timeout_ms": request.options.timeout_ms,
+    }
 
 
 def _message_hashes(messages: Sequence[Message]) -> list[str]:
@@ -355,6 +381,7 @@ class Preparations:
         data_budget: int,
         attempt: int,
         model: str | None = None,
+        while_waiting: Callable[[], object] | None = None,
     ) -> Collected:
         """Run the webhook contributors of ``request`` under one deadline of ``budget_ms``.
 
@@ -386,6 +413,7 @@ class Preparations:
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
                 check=functools.partial(_check_blocks, request=request),
+                while_waiting=while_waiting,
             )
             raise_for_failures(outcomes, targets)
         used_ms = (self.clock.monotonic() - start) * 1000.0
@@ -412,6 +440,20 @@ class Preparations:
         now = self.clock.now()
         local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
         prep_id = new_preparation_id()
+        early: dict[str, Any] = {}
+
+        def early_work() -> None:
+            # While the contributors are awaited: the parts no answer changes, so that less is
+            # left to do after the last answer. An optimisation only: on any failure the
+            # assembly and the record compute (and raise) for themselves.
+            try:
+                early["groundwork"] = groundwork_for(
+                    request, setups, now=now, registry=self.registry
+                )
+                early["request_part"] = _request_part(request)
+            except Exception:
+                early.clear()
+
         collected = await self._collect(
             tenant,
             request,
@@ -420,6 +462,7 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
             data_budget=request.options.max_data_tokens,
             attempt=1,
+            while_waiting=early_work,
         )
         assembly, ctx = run_assembly(
             request,
@@ -428,12 +471,19 @@ class Preparations:
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
+            groundwork=early.get("groundwork"),
         )
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
         response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
         prepared = Prepared.of(response, assembly)
         data = self._record_data(
-            request, assembly, ctx, prepared, collected, used_ms=collected.used_ms
+            request,
+            assembly,
+            ctx,
+            prepared,
+            collected,
+            used_ms=collected.used_ms,
+            request_part=early.get("request_part"),
         )
         await self.store.put(
             PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
@@ -450,28 +500,24 @@ class Preparations:
         *,
         used_ms: float,
         history_hashes: list[str] | None = None,
+        request_part: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """The record: ``request_part`` (``_request_part`` of this request, when it was computed
+        while the contributors were awaited) and what the assembly and the answers gave."""
         webhook_sources = {t.source for t in collected.targets}
         failed_sources = {o.source for o in collected.outcomes if not o.ok}
         response = prepared.response
+        if request_part is None:
+            request_part = _request_part(request, dict(assembly.block_digests), history_hashes)
         return {
             # Serialised once (without the frame) and embedded as is by the store's orjson.
             "response": orjson.Fragment(prepared.stored),
             "model": ctx.model,
-            "requested_models": request.candidates,
-            "native_history": _native(request),
+            **request_part,
             "provider_counted_tokens": response.budget.provider_counted_tokens or 0,
-            "scope_hash": digest(request.scope.model_dump(mode="json")),
-            "scope": request.scope.model_dump(mode="json"),
-            "render": request.render,
             "tokenizer": ctx.counter.name,
             "prefix_len": assembly.placed.prefix_len,
-            "input_len": len(request.input),
             "instructions_hash": assembly.instructions_hash,
-            "shape_hash": _request_shape_hash(request, dict(assembly.block_digests)),
-            "history_hashes": history_hashes
-            if history_hashes is not None
-            else _message_hashes(request.history_messages),
             "selected_expiry": [list(item) for item in assembly.selected_expiry],
             # Only sources that answered: a source omitted after a failure contributed nothing,
             # so there is nothing of it for a later revision to make stale.
@@ -480,10 +526,6 @@ class Preparations:
                 for s, r in assembly.revisions
                 if s in webhook_sources and s not in failed_sources
             },
-            "contributors": [
-                ref.model_dump(mode="json", exclude_none=True) for ref in request.contributors
-            ],
-            "timeout_ms": request.options.timeout_ms,
             "used_ms": used_ms,
             "capacity": response.budget.capacity,
             "reserve": response.budget.response_reserve + response.budget.reasoning_reserve_tokens,

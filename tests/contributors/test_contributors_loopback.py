@@ -318,3 +318,43 @@ async def test_every_fault_under_both_failure_policies(
         assert "memory" in str(info.value)
     else:
         raise_for_failures(outcomes, [target])  # omit: the manifest reports it, nothing raises
+
+
+async def test_work_while_waiting_runs_once_after_the_sends_before_the_answers(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    """``while_waiting`` runs once, after every call has had its turn to send and before any
+    answer; the answers come as without it."""
+    async with servers(3, delay=0.1) as hooks:
+        targets = [registered(s, f"s{i}") for i, s in enumerate(hooks)]
+        await fan_out(client, fields, targets, timeout=1.0)  # connections now pooled
+        for hook in hooks:
+            hook.request_seen.clear()
+        calls: list[float] = []
+        started = time.monotonic()
+        outcomes = await contribute_all(
+            client,
+            targets,
+            fields,
+            started + 1.0,
+            CAP,
+            while_waiting=lambda: calls.append(time.monotonic() - started),
+        )
+        # The servers saw every request within the call's window (each sent before the wait).
+        await asyncio.wait_for(asyncio.gather(*(h.request_seen.wait() for h in hooks)), 0.05)
+    assert [o.status for o in outcomes] == ["ok"] * 3
+    assert len(calls) == 1 and calls[0] < 0.05
+
+
+async def test_a_failure_of_the_work_while_waiting_cancels_the_calls(
+    client: httpx.AsyncClient, fields: PacketFields
+) -> None:
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    async with servers(2, behaviour="hang") as hooks:
+        targets = [registered(s, f"s{i}") for i, s in enumerate(hooks)]
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="boom"):
+            await contribute_all(client, targets, fields, started + 5.0, CAP, while_waiting=fail)
+        assert time.monotonic() - started < 0.5  # nothing waited for the hung contributors

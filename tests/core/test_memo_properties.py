@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_assembly.core.assemble import Assembly, assemble
+from context_assembly.core.assemble import Assembly, Groundwork, assemble, lay_groundwork
 from context_assembly.core.blocks import SourceBlocks
 from context_assembly.core.budget import Capacity
 from context_assembly.core.memo import AssemblyMemo, Entry
@@ -333,3 +333,61 @@ def test_entry_validity_is_the_window_between_expiries() -> None:
     assert not entry.valid_at(NOW - timedelta(hours=2))
     assert not entry.valid_at(NOW + timedelta(hours=1))
     assert Entry(0, None, None).valid_at(datetime(2100, 1, 1, tzinfo=UTC))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(protected=True), st.integers(-90, 90), st.booleans())
+def test_groundwork_changes_nothing(scenario: Scenario, seconds: int, other_counter: bool) -> None:
+    """Groundwork laid seconds earlier or later (a minute boundary between them or not), or for
+    another counter, gives the same assembly as none: it is used only where it still fits."""
+    request = _request(
+        scenario.groups,
+        max_data_tokens=scenario.max_data_tokens,
+        limits=dict(scenario.source_limits),
+        layout="stable-prefix",
+        input_words=5,
+        history=3,
+        drop_oldest=False,
+    )
+    setups = plan_sources(request)
+    inputs = materialised_inputs(request, setups)
+    now = NOW + timedelta(seconds=30)
+    laid = lay_groundwork(
+        request,
+        setups,
+        local_now=now + timedelta(seconds=seconds),
+        counter=COUNTERS[1] if other_counter else COUNTERS[0],
+        profile=PROFILE,
+    )
+
+    def run(groundwork: Groundwork | None) -> object:
+        try:
+            return assemble(
+                request, setups, inputs, now=now, local_now=now, counter=COUNTERS[0],
+                profile=PROFILE, capacity=Capacity(900, "host"), exact=False, tenant="t",
+                groundwork=groundwork,
+            )  # fmt: skip
+        except ServiceError as err:
+            return type(err), str(err)
+
+    assert run(laid) == run(None)
+
+
+def test_groundwork_from_another_minute_is_laid_again() -> None:
+    """The date line is to the minute: groundwork from 12:00:59 is not used at 12:01:00."""
+    request = _request(
+        _blocks(TEXTS), max_data_tokens=400, limits={}, layout="legacy", input_words=3,
+        history=0, drop_oldest=False,
+    )  # fmt: skip
+    setups = plan_sources(request)
+    before = NOW.replace(second=59)
+    laid = lay_groundwork(request, setups, local_now=before, counter=COUNTERS[0], profile=PROFILE)
+    after = before + timedelta(seconds=1)
+    assert laid.fits(request, setups, COUNTERS[0], PROFILE, before.replace(second=0))
+    assert not laid.fits(request, setups, COUNTERS[0], PROFILE, after)
+    result = assemble(
+        request, setups, materialised_inputs(request, setups), now=after, local_now=after,
+        counter=COUNTERS[0], profile=PROFILE, capacity=Capacity(5000, "host"), exact=False,
+        tenant="t", groundwork=laid,
+    )  # fmt: skip
+    assert f"{after:%Y-%m-%d %H:%M}" in str(result.frame.messages[0].content)

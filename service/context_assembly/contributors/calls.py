@@ -432,11 +432,14 @@ async def contribute_all(
     max_response_bytes: int,
     clock: Callable[[], float] = time.monotonic,
     check: Callable[[ContributorOutcome], ContributorOutcome] | None = None,
+    while_waiting: Callable[[], object] | None = None,
 ) -> list[ContributorOutcome]:
     """Call every target concurrently and return one outcome per target, in target order.
 
     ``check`` (the caller's block rules) runs on each outcome as soon as its answer is parsed, so
-    the answers that arrive early are checked while the others are awaited.
+    the answers that arrive early are checked while the others are awaited. ``while_waiting``
+    runs once the calls have had their turn to send (one pass of the event loop), before their
+    answers are awaited: work of the caller's that no answer changes.
 
     Each call sends a ``contribute`` packet (SPEC §3.4) with ``X-Contributor-Timeout-Ms`` (the
     remaining integer ms at send time, at least 1), ``content-type: application/json``, a stable
@@ -458,13 +461,22 @@ async def contribute_all(
         )
         for t in targets
     ]
-    if check is None:
+    if check is not None:
+
+        async def checked(call: Awaitable[ContributorOutcome]) -> ContributorOutcome:
+            return check(await call)
+
+        calls = [checked(call) for call in calls]
+    if while_waiting is None:
         return list(await asyncio.gather(*calls))
-
-    async def checked(call: Awaitable[ContributorOutcome]) -> ContributorOutcome:
-        return check(await call)
-
-    return list(await asyncio.gather(*map(checked, calls)))
+    pending = asyncio.gather(*calls)
+    try:
+        await asyncio.sleep(0)  # the calls take their first steps: connected ones send
+        while_waiting()
+    except BaseException:
+        pending.cancel()
+        raise
+    return list(await pending)
 
 
 def raise_for_failures(

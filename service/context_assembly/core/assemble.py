@@ -25,7 +25,7 @@ from context_assembly.core.budget import (
 from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
 from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
 from context_assembly.core.frame import Frame
-from context_assembly.core.layout import Placed, build_texts, place
+from context_assembly.core.layout import Placed, Texts, build_texts, place
 from context_assembly.core.memo import (
     AssemblyMemo,
     Outcome,
@@ -78,6 +78,71 @@ class Assembly:
     neutral_frame_json: bytes  # ``frame`` as the neutral render's JSON (``frame_hashes``)
 
 
+@dataclass(frozen=True, slots=True)
+class Groundwork:
+    """What no contributor's answer changes: the host texts and the history and fixed counts.
+
+    Laid while the contributors are awaited (``lay_groundwork``), so that less is left to do after
+    the last answer; ``assemble`` uses it only for the same request, setups, counter and profile
+    and the same minute of ``local_now`` (the date line's precision), else it counts afresh.
+    """
+
+    request: PrepareRequest
+    setups: Sequence[SourceSetup]
+    counter: TokenCounter
+    profile: ModelProfile
+    minute: datetime
+    texts: Texts
+    history_counts: list[Counted]
+    fixed: FixedCosts
+
+    def fits(
+        self,
+        request: PrepareRequest,
+        setups: Sequence[SourceSetup],
+        counter: TokenCounter,
+        profile: ModelProfile,
+        local_now: datetime,
+    ) -> bool:
+        return (
+            self.request is request
+            and self.setups is setups
+            and self.counter is counter
+            and self.profile == profile
+            and self.minute == _minute(local_now)
+        )
+
+
+def _minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def lay_groundwork(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    *,
+    local_now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> Groundwork:
+    """The answer-independent part of ``assemble`` for ``request`` (see ``Groundwork``)."""
+    replaced = {setup.source: setup for setup in setups}
+    texts = build_texts(request, replaced, local_now)
+    history_counts = count_history(request, counter, profile)
+    fixed = fixed_costs(
+        request.options.layout,
+        texts,
+        request.tools,
+        history_counts,
+        request.input,
+        counter,
+        profile,
+    )
+    return Groundwork(
+        request, setups, counter, profile, _minute(local_now), texts, history_counts, fixed
+    )
+
+
 def assemble(
     request: PrepareRequest,
     setups: Sequence[SourceSetup],
@@ -91,19 +156,25 @@ def assemble(
     exact: bool,
     tenant: str,
     memo: AssemblyMemo | None = None,
+    groundwork: Groundwork | None = None,
 ) -> Assembly:
     """Run the whole pipeline of SPEC §4–§7 for one request.
 
     With a ``memo`` (``core/memo.py``), a turn whose blocks, limits and expiry state an earlier
     turn already decided reuses those decisions and only renders its data message; the result is
-    the same as without one.
+    the same as without one. ``groundwork`` (``lay_groundwork`` for this request, laid while the
+    contributors were awaited) saves counting the fixed terms again; it changes nothing either.
 
     Raises:
         InvalidError, AssemblyOverflowError, ContextOverflowError: as SPEC §9 describes.
     """
     options = request.options
     replaced = {setup.source: setup for setup in setups}
-    texts = build_texts(request, replaced, local_now)
+    if groundwork is None or not groundwork.fits(request, setups, counter, profile, local_now):
+        groundwork = lay_groundwork(
+            request, setups, local_now=local_now, counter=counter, profile=profile
+        )
+    texts = groundwork.texts
     live = [item for item in inputs if not item.failed]
     failed = frozenset(item.setup.source for item in inputs if item.failed)
     groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
@@ -120,10 +191,8 @@ def assemble(
     graph = build_graph(groups, options) if entry is None else None
 
     history = request.history_messages  # empty when the provider holds the history (native)
-    history_counts = count_history(request, counter, profile)
-    fixed = fixed_costs(
-        options.layout, texts, request.tools, history_counts, request.input, counter, profile
-    )
+    history_counts = groundwork.history_counts
+    fixed = groundwork.fixed
     remaining = capacity.tokens - reserve - fixed.total
     plan: CostPlan | None = None
     if entry is not None:
