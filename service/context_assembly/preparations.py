@@ -211,6 +211,17 @@ def _message_hashes(messages: Sequence[Message]) -> list[str]:
     return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
 
 
+def _check_and_digest(
+    outcome: ContributorOutcome, request: PrepareRequest, digests: dict[str, bytes]
+) -> ContributorOutcome:
+    """``_check_blocks``, then the digest of the blocks it kept (``memo.blocks_digest``): run on
+    each answer as it arrives, so the assembly after the last answer has less to do."""
+    checked = _check_blocks(outcome, request)
+    if checked.ok:
+        digests[checked.source] = blocks_digest(checked.blocks)
+    return checked
+
+
 def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
     """Apply the per-source block rules of SPEC §5.1 to one contributor's answer.
 
@@ -392,6 +403,7 @@ class Preparations:
         deadline = start + max(budget_ms, 0.0) / 1000.0
         targets = await self._targets(tenant, request.contributors, deadline)
         outcomes: list[ContributorOutcome] = []
+        digests: dict[str, bytes] = {}
         if targets:
             # With no time left (a refresh after a slow prepare), every call settles as
             # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
@@ -412,7 +424,7 @@ class Preparations:
                 deadline,
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
-                check=functools.partial(_check_blocks, request=request),
+                check=functools.partial(_check_and_digest, request=request, digests=digests),
                 while_waiting=while_waiting,
             )
             raise_for_failures(outcomes, targets)
@@ -425,7 +437,12 @@ class Preparations:
                 outcome = by_source[setup.source]
                 inputs.append(
                     SourceInput(
-                        setup, outcome.status, outcome.duration_ms, outcome.revision, outcome.blocks
+                        setup,
+                        outcome.status,
+                        outcome.duration_ms,
+                        outcome.revision,
+                        outcome.blocks,
+                        digests.get(setup.source) if outcome.ok else None,
                     )
                 )
             else:

@@ -117,3 +117,49 @@ def test_a_record_of_128_blocks_is_small_and_reads_back_whole(make_client: Any) 
     view = client.get(f"/v1/preparations/{prep_id}").json()
     assert view["selection"]["blocks"] == answer["selection"]["blocks"]
     assert {b["status"] for b in view["selection"]["blocks"]} == {"selected", "omitted"}
+
+
+def test_contributed_blocks_arrive_with_their_digest(make_client: Any) -> None:
+    """A webhook source's blocks are digested as its answer arrives; the digest is the one the
+    assembly would compute (``memo.blocks_digest``), and a failed source carries none."""
+    import httpx
+
+    from context_assembly.core.memo import blocks_digest
+    from context_assembly.core.sources import plan_sources
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/bad"):
+            return httpx.Response(500)
+        blocks = [{"id": f"b{i}", "text": f"fact {i}", "priority": i} for i in range(3)]
+        return httpx.Response(200, json={"revision": "r1", "blocks": blocks})
+
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={
+            "good": {"url": "http://contributor.test/good"},
+            "bad": {"url": "http://contributor.test/bad", "failure_policy": "omit"},
+        },
+    )
+    request = PrepareRequest.model_validate(
+        {
+            "model": "gpt-4o-mini",
+            "plugins": [{"name": "docs"}, {"name": "notes"}],
+            "contributors": [
+                {"source": "docs", "endpoint": "good"},
+                {"source": "notes", "endpoint": "bad"},
+            ],
+        }
+    )
+    service = client.app.state.preparations  # type: ignore[attr-defined]
+
+    async def collect() -> Any:
+        return await service._collect(
+            "default", request, plan_sources(request), "prep_x", budget_ms=1000,
+            data_budget=1000, attempt=1,
+        )  # fmt: skip
+
+    collected = client.portal.call(collect)  # type: ignore[attr-defined]
+    by_source = {item.setup.source: item for item in collected.inputs}
+    assert by_source["docs"].digest == blocks_digest(by_source["docs"].blocks)
+    assert len(by_source["docs"].blocks) == 3
+    assert by_source["notes"].failed and by_source["notes"].digest is None

@@ -178,9 +178,9 @@ def assemble(
     live = [item for item in inputs if not item.failed]
     failed = frozenset(item.setup.source for item in inputs if item.failed)
     groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
+    digests = tuple((item.setup.source, item.digest or blocks_digest(item.blocks)) for item in live)
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
-    digests = tuple((group.source, blocks_digest(group.blocks)) for group in groups)
     key = (
         memo.key(digests, source_order, failed, counter, profile, options)
         if memo is not None

@@ -51,6 +51,9 @@ class SourceInput:
     duration_ms: float
     revision: Revision | None
     blocks: tuple[Block, ...]
+    # ``memo.blocks_digest(blocks)`` when the caller computed it already (a contributor's
+    # answer is digested as it arrives, while the others are awaited); else the assembly does.
+    digest: bytes | None = None
 
     @property
     def failed(self) -> bool:
