@@ -343,7 +343,7 @@ async def test_work_while_waiting_runs_once_after_the_sends_before_the_answers(
         # The servers saw every request within the call's window (each sent before the wait).
         await asyncio.wait_for(asyncio.gather(*(h.request_seen.wait() for h in hooks)), 0.05)
     assert [o.status for o in outcomes] == ["ok"] * 3
-    assert len(calls) == 1 and calls[0] < 0.05
+    assert len(calls) == 1 and calls[0] < 0.09  # before the first answer (0.1 s)
 
 
 async def test_a_failure_of_the_work_while_waiting_cancels_the_calls(
