@@ -37,7 +37,6 @@ from typing import Any
 
 import httpx
 import orjson
-from pydantic import TypeAdapter
 
 from context_assembly.config import Settings
 from context_assembly.contributors.calls import (
@@ -58,7 +57,7 @@ from context_assembly.core.memo import blocks_digest
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import ContributorRef, Message, PrepareRequest, Revision, Scope
 from context_assembly.core.result import (
-    BlockReport,
+    BLOCK_REPORTS,
     PrepareResponse,
     pack_block_rows,
     unpack_block_rows,
@@ -241,9 +240,6 @@ def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contr
     return outcome
 
 
-_BLOCKS = TypeAdapter(list[BlockReport])
-
-
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A prepare or refresh answer: the response, and its JSON serialised once for both uses.
@@ -269,7 +265,7 @@ class Prepared:
         ):
             blocks, rows = assembly.block_reports_json, assembly.block_rows
         else:
-            blocks, rows = _BLOCKS.dump_json(reports), pack_block_rows(reports)
+            blocks, rows = BLOCK_REPORTS.dump_json(reports), pack_block_rows(reports)
         rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
         tail = (b",", rest[1:]) if len(rest) > 2 else (b"}",)
         answered = b"".join((b'{"selection":{"blocks":', blocks, *tail))

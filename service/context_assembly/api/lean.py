@@ -166,8 +166,8 @@ class LeanDispatch:
         }
         table: dict[tuple[str, str], tuple[APIRoute, ASGIApp]] = {}
         for route in self._routes:
-            handler = route.get_route_handler()
-            if "{" in route.path or lean_handler(route) is None:
+            handler = lean_handler(route)
+            if handler is None or "{" in route.path:
                 raise ValueError(f"{route.path} is not a lean route without path parameters")
 
             async def serve(

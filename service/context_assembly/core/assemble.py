@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from pydantic import TypeAdapter
-
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
     Capacity,
@@ -28,6 +26,8 @@ from context_assembly.core.frame import Frame
 from context_assembly.core.layout import Placed, Texts, build_texts, place
 from context_assembly.core.memo import (
     AssemblyMemo,
+    Entry,
+    MemoKey,
     Outcome,
     Segment,
     blocks_digest,
@@ -35,6 +35,7 @@ from context_assembly.core.memo import (
 )
 from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
 from context_assembly.core.result import (
+    BLOCK_REPORTS,
     BlockReport,
     BudgetReport,
     SelectionReport,
@@ -51,8 +52,6 @@ from context_assembly.core.select import (
 )
 from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError
-
-_BLOCK_REPORTS = TypeAdapter(list[BlockReport])
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,31 +180,27 @@ def assemble(
     digests = tuple((item.setup.source, item.digest or blocks_digest(item.blocks)) for item in live)
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
-    key = (
-        memo.key(digests, source_order, failed, counter, profile, options)
-        if memo is not None
-        else None
-    )
-    entry = memo.get(key, now) if memo is not None and key is not None else None
+    key: MemoKey | None = None
+    entry: Entry | None = None
+    if memo is not None:
+        key = memo.key(digests, source_order, failed, counter, profile, options)
+        entry = memo.get(key, now)
     # A memoised entry means these blocks passed validation and the protected checks before.
-    graph = build_graph(groups, options) if entry is None else None
+    graph: dict[str, Node] | None = None
+    plan: CostPlan | None = None
+    if entry is None:
+        graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
 
     history = request.history_messages  # empty when the provider holds the history (native)
     history_counts = groundwork.history_counts
     fixed = groundwork.fixed
     remaining = capacity.tokens - reserve - fixed.total
-    plan: CostPlan | None = None
     if entry is not None:
         demand = entry.demand
+    elif graph is not None and plan is not None:
+        demand = protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
     else:
-        assert graph is not None
-        # One costing pass serves both the protected demand and the selection.
-        plan = cost_plan(graph, source_order, counter, profile) if graph else None
-        demand = (
-            0
-            if plan is None
-            else protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
-        )
+        demand = 0  # no block at all
     dropped = 0
     if remaining < demand and demand <= options.max_data_tokens:
         policy = options.history_policy
@@ -229,9 +224,8 @@ def assemble(
     sel_key = selection_key(data_limit, options.max_data_tokens, options.source_token_limits)
     outcome = entry.outcomes.get(sel_key) if entry is not None else None
     if outcome is None:
-        if graph is None:
-            graph = build_graph(groups, options)
-            plan = cost_plan(graph, source_order, counter, profile) if graph else None
+        if graph is None:  # memoised blocks, other limits: decide them afresh
+            graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
         outcome, data_content = _select(
             graph, plan, groups, source_order, now, data_limit, options, counter, profile, failed
         )
@@ -315,6 +309,19 @@ def assemble(
     )
 
 
+def _graph_and_plan(
+    groups: Sequence[SourceBlocks],
+    source_order: Sequence[str],
+    options: AssemblyOptions,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> tuple[dict[str, Node], CostPlan | None]:
+    """The validated graph and its one costing pass, which serves both the protected demand
+    and the selection (no plan when there is no block)."""
+    graph = build_graph(groups, options)
+    return graph, cost_plan(graph, source_order, counter, profile) if graph else None
+
+
 def _select(
     graph: dict[str, Node],
     plan: CostPlan | None,
@@ -343,7 +350,7 @@ def _select(
     decisions = selection.decisions
     # One list validation in pydantic-core (~3 µs a block) instead of a model per block (~6 µs
     # with __init__, ~10 µs with model_construct).
-    blocks = _BLOCK_REPORTS.validate_python(
+    blocks = BLOCK_REPORTS.validate_python(
         [
             {
                 "source": node.source,
@@ -387,7 +394,7 @@ def _select(
         segments,
         selection.data_tokens,
         tuple(blocks),
-        _BLOCK_REPORTS.dump_json(blocks),
+        BLOCK_REPORTS.dump_json(blocks),
         pack_block_rows(blocks),
         expiry,
     )

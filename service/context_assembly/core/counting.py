@@ -48,11 +48,16 @@ class BlockCounter(Protocol):
     def count_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]: ...
 
 
-def block_piece(block_id: str, text: str, projected: bool) -> str:
-    """The compact JSON of one block in the data message (``projected`` marks a projection)."""
+def piece_object(block_id: str, text: str, projected: bool) -> dict[str, object]:
+    """One block's object in the data message (``projected`` marks a projection)."""
     if projected:
-        return orjson.dumps({"id": block_id, "projected": True, "text": text}).decode()
-    return orjson.dumps({"id": block_id, "text": text}).decode()
+        return {"id": block_id, "projected": True, "text": text}
+    return {"id": block_id, "text": text}
+
+
+def block_piece(block_id: str, text: str, projected: bool) -> str:
+    """The compact JSON of one block in the data message (``piece_object`` serialised)."""
+    return orjson.dumps(piece_object(block_id, text, projected)).decode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Any, Literal
 
 import orjson
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from context_assembly.core.request import Frozen, Render
 from context_assembly.core.select import Reason, Status
@@ -95,6 +95,9 @@ class BlockReport(Frozen):
     protected: bool
     dependencies: list[str]
 
+
+# The manifest's block reports validated or serialised as one list, in one pydantic-core pass.
+BLOCK_REPORTS = TypeAdapter(list[BlockReport])
 
 # The compact form of the manifest's block reports that a stored record keeps: one JSON array per
 # block with these fields in this order, the whole list zlib-compressed and base64-encoded. The

@@ -44,6 +44,7 @@ from context_assembly.core.counting import (
     TokenCounter,
     block_piece,
     count_text_message,
+    piece_object,
 )
 from context_assembly.core.request import Block
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
@@ -632,28 +633,29 @@ def _render(
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
 
 
+def _segment(source: str, pieces: Sequence[tuple[Block, bool]]) -> dict[str, object]:
+    """One source's segment of the data message, each block as its ``piece_object``."""
+    return {
+        "source": source,
+        "blocks": [_piece(block, projected) for block, projected in pieces],
+    }
+
+
+def _piece(block: Block, projected: bool) -> dict[str, object]:
+    if projected:
+        assert block.projection is not None  # only a block with a projection is projected
+        return piece_object(block.id, block.projection, True)
+    return piece_object(block.id, block.text, False)
+
+
 def _segment_json(source: str, pieces: Sequence[tuple[Block, bool]]) -> str:
     """One source's segment, as it appears in the data message."""
-    return orjson.dumps({"source": source, "blocks": _pieces(pieces)}).decode()
-
-
-def _pieces(pieces: Sequence[tuple[Block, bool]]) -> list[dict[str, object]]:
-    """Each block's piece (``block_piece``) as an object, in order."""
-    return [
-        {"id": block.id, "projected": True, "text": block.projection}
-        if projected
-        else {"id": block.id, "text": block.text}
-        for block, projected in pieces
-    ]
+    return orjson.dumps(_segment(source, pieces)).decode()
 
 
 def data_message(segments: Sequence[tuple[str, Sequence[tuple[Block, bool]]]]) -> str:
-    """The data message content: ``{"context_data":[{"source":..,"blocks":[..]},..]}`` with each
-    block's piece (``block_piece``), segments in the given (source) order, in one serialisation."""
+    """The data message content: ``{"context_data":[{"source":..,"blocks":[..]},..]}``,
+    segments in the given (source) order, in one serialisation."""
     return orjson.dumps(
-        {
-            "context_data": [
-                {"source": source, "blocks": _pieces(pieces)} for source, pieces in segments
-            ]
-        }
+        {"context_data": [_segment(source, pieces) for source, pieces in segments]}
     ).decode()
