@@ -36,6 +36,7 @@ bench: install
 	$(BIN)/python bench/bench_select.py
 	$(BIN)/python bench/bench_counting.py
 	$(BIN)/python bench/bench_fanout.py
+	$(BIN)/python bench/bench_inprocess.py
 	$(BIN)/python bench/bench_service.py
 	$(BIN)/python bench/bench_load.py
 
