@@ -7,7 +7,10 @@
 2. ``prepare`` fanning out to 8 registered contributors answering in 20 ms, at concurrency 1
    and 16: p50, p99, errors. Each contributor is its own uvicorn process (8 servers, as in the
    baseline's fan-out measurement, ../shared/reference/perf-baseline.md §4): one process serving
-   all eight would measure that process's queue, not the service.
+   all eight would measure that process's queue, not the service. At concurrency 1 the same run
+   also measures two floors with no service in the path, interleaved with the prepares: the
+   service's own contributor client (``contribute_all``) called from this process, and a bare
+   aiohttp fan-out; the difference is what the service adds (HTTP hop, parsing, assembly, store).
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
@@ -151,6 +154,56 @@ async def load(
     return latencies, errors
 
 
+async def floor_fanouts(urls: list[str], total: int, how: str) -> list[float]:
+    """``total`` fan-outs to ``urls`` from this process, with no service in the path: through the
+    service's own contributor client (``how="client"``: ``contribute_all``, as the service calls
+    it) or a bare aiohttp session (``"aiohttp"``: no deadline, signing or validation)."""
+    from context_assembly.contributors import (
+        ContributorTarget,
+        PacketFields,
+        contribute_all,
+        create_client,
+    )
+    from context_assembly.core.request import Message, Scope
+
+    targets = [ContributorTarget(source=f"c{i}", url=url) for i, url in enumerate(urls)]
+    fields = PacketFields(
+        preparation_id="prep_floor",
+        model="gpt-4o-mini",
+        input=[Message(role="user", content="What finished?")],
+        data_budget_tokens=4000,
+        scope=Scope(),
+        deadline_unix_ms=0,
+    )
+    client = create_client()
+    session = aiohttp.ClientSession()
+
+    async def one() -> None:
+        if how == "client":
+            outcomes = await contribute_all(client, targets, fields, time.monotonic() + 5, 1 << 20)
+            if any(not o.ok for o in outcomes):
+                raise RuntimeError("a floor fan-out failed")
+            return
+
+        async def post(url: str) -> None:
+            async with session.post(url, data=b'{"type":"contribute"}') as resp:
+                orjson.loads(await resp.read())
+
+        await asyncio.gather(*(post(url) for url in urls))
+
+    latencies: list[float] = []
+    try:
+        await one()  # connections
+        for _ in range(total):
+            started = time.perf_counter()
+            await one()
+            latencies.append(time.perf_counter() - started)
+    finally:
+        await session.close()
+        await client.aclose()
+    return latencies
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))] * 1000
@@ -162,9 +215,11 @@ def main() -> None:
     try:
         svc_port = free_port()
         lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
+        contrib_ports: list[int] = []
         for i in range(8):
             contributor, contrib_port = start_contributor()
             procs.append(contributor)
+            contrib_ports.append(contrib_port)
             lines += [
                 f"[contributors.c{i}]",
                 f'url = "http://127.0.0.1:{contrib_port}/ok/20/c{i}"',
@@ -240,11 +295,26 @@ def main() -> None:
         fan = fanout_request(8)
         print("fan-out prepare: 8 contributors answering in 20 ms")
         asyncio.run(load(svc, fan, 4, 40))
-        for concurrency, total in ((1, 200), (16, 800)):
-            lat, errors = asyncio.run(load(svc, fan, concurrency, total))
-            print(
-                f"  c={concurrency:<3d} n={total}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
-            )
+        urls = [f"http://127.0.0.1:{port}/ok/20/c{i}" for i, port in enumerate(contrib_ports)]
+        lat, client_floor, bare_floor, errors = [], [], [], 0
+        for _ in range(5):  # interleaved rounds: the service, then the two floors
+            round_lat, round_errors = asyncio.run(load(svc, fan, 1, 40))
+            lat += round_lat
+            errors += round_errors
+            client_floor += asyncio.run(floor_fanouts(urls, 40, "client"))
+            bare_floor += asyncio.run(floor_fanouts(urls, 40, "aiohttp"))
+        print(
+            f"  c=1   n={len(lat)}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+        )
+        print(
+            f"  floors, no service: our contributor client p50 {pct(client_floor, 0.5):6.2f} ms,"
+            f" bare aiohttp p50 {pct(bare_floor, 0.5):6.2f} ms;"
+            f" the service adds {pct(lat, 0.5) - pct(client_floor, 0.5):.2f} ms at p50"
+        )
+        lat, errors = asyncio.run(load(svc, fan, 16, 800))
+        print(
+            f"  c=16  n=800  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+        )
     finally:
         for proc in procs:
             stop(proc)
