@@ -11,6 +11,11 @@
    also measures two floors with no service in the path, interleaved with the prepares: the
    service's own contributor client (``contribute_all``) called from this process, and a bare
    aiohttp fan-out; the difference is what the service adds (HTTP hop, parsing, assembly, store).
+3. Beside each service figure, the CPU time the service process spent per prepare (its threads'
+   run time from /proc/<pid>/task/*/schedstat, Linux): a figure that does not move with the
+   machine's wake-up latency, which changes 2-3x between days on these machines. At c=16 also
+   the contributors' and this client's CPU per prepare and how busy the whole machine was: when
+   every core is busy, the c=16 latency measures the machine, not the service alone.
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
@@ -204,6 +209,25 @@ async def floor_fanouts(urls: list[str], total: int, how: str) -> list[float]:
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time the process ``pid`` has used so far, all its threads (Linux schedstat, ns)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores (/proc/stat, Linux)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / hz, sum(fields) / hz
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))] * 1000
@@ -226,20 +250,19 @@ def main() -> None:
                 "",
             ]
         (folder / "bench.toml").write_text("\n".join(lines))
-        procs.append(
-            start(
-                [
-                    str(BIN / "context-assembly"),
-                    "serve",
-                    "--port",
-                    str(svc_port),
-                    "--config",
-                    str(folder / "bench.toml"),
-                ],
-                svc_port,
-                "/healthz",
-            )
+        service = start(
+            [
+                str(BIN / "context-assembly"),
+                "serve",
+                "--port",
+                str(svc_port),
+                "--config",
+                str(folder / "bench.toml"),
+            ],
+            svc_port,
+            "/healthz",
         )
+        procs.append(service)
         echo_port = free_port()
         procs.append(
             start(
@@ -268,11 +291,16 @@ def main() -> None:
         print(f"inline prepare: 128 blocks, request body {len(body)} bytes")
         asyncio.run(load(svc, body, 1, 50))
         asyncio.run(load(echo, body, 1, 50))
-        prep, base = [], []
+        prep, base, cpu = [], [], 0.0
         for _ in range(5):  # interleaved rounds
+            before = cpu_seconds(service.pid)
             prep += asyncio.run(load(svc, body, 1, 100))[0]
+            cpu += cpu_seconds(service.pid) - before
             base += asyncio.run(load(echo, body, 1, 100))[0]
-        print(f"  prepare      p50 {pct(prep, 0.5):6.2f} ms  p99 {pct(prep, 0.99):6.2f} ms")
+        print(
+            f"  prepare      p50 {pct(prep, 0.5):6.2f} ms  p99 {pct(prep, 0.99):6.2f} ms"
+            f"  service CPU {cpu / len(prep) * 1000:5.2f} ms per prepare"
+        )
         print(f"  FastAPI echo p50 {pct(base, 0.5):6.2f} ms  p99 {pct(base, 0.99):6.2f} ms")
         print(
             f"  ratio prepare/echo at p50: {statistics.median(prep) / statistics.median(base):.2f}x (target <= 1.5x)"
@@ -281,12 +309,17 @@ def main() -> None:
         # Here every request carries one new entry, so every turn is decided afresh (a miss).
         fresh = [inline_request(turn) for turn in range(1000)]
         asyncio.run(load(svc, fresh[:50], 1, 50))
-        new, base = [], []
+        new, base, cpu = [], [], 0.0
         for round_ in range(5):
             chunk = fresh[50 + round_ * 100 : 150 + round_ * 100]
+            before = cpu_seconds(service.pid)
             new += asyncio.run(load(svc, chunk, 1, 100))[0]
+            cpu += cpu_seconds(service.pid) - before
             base += asyncio.run(load(echo, body, 1, 100))[0]
-        print(f"  prepare, new blocks every turn (memo miss) p50 {pct(new, 0.5):6.2f} ms")
+        print(
+            f"  prepare, new blocks every turn (memo miss) p50 {pct(new, 0.5):6.2f} ms"
+            f"  service CPU {cpu / len(new) * 1000:5.2f} ms per prepare"
+        )
         print(
             f"  ratio miss/echo at p50: {statistics.median(new) / statistics.median(base):.2f}x"
             " (no target; the target above is the repeated turn)"
@@ -296,24 +329,44 @@ def main() -> None:
         print("fan-out prepare: 8 contributors answering in 20 ms")
         asyncio.run(load(svc, fan, 4, 40))
         urls = [f"http://127.0.0.1:{port}/ok/20/c{i}" for i, port in enumerate(contrib_ports)]
-        lat, client_floor, bare_floor, errors = [], [], [], 0
+        lat, client_floor, bare_floor, errors, cpu = [], [], [], 0, 0.0
         for _ in range(5):  # interleaved rounds: the service, then the two floors
+            before = cpu_seconds(service.pid)
             round_lat, round_errors = asyncio.run(load(svc, fan, 1, 40))
+            cpu += cpu_seconds(service.pid) - before
             lat += round_lat
             errors += round_errors
             client_floor += asyncio.run(floor_fanouts(urls, 40, "client"))
             bare_floor += asyncio.run(floor_fanouts(urls, 40, "aiohttp"))
         print(
             f"  c=1   n={len(lat)}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+            f"  service CPU {cpu / len(lat) * 1000:5.2f} ms per prepare"
         )
         print(
             f"  floors, no service: our contributor client p50 {pct(client_floor, 0.5):6.2f} ms,"
             f" bare aiohttp p50 {pct(bare_floor, 0.5):6.2f} ms;"
             f" the service adds {pct(lat, 0.5) - pct(client_floor, 0.5):.2f} ms at p50"
         )
+        contributors = procs[:8]
+        before = cpu_seconds(service.pid)
+        before_contributors = sum(cpu_seconds(proc.pid) for proc in contributors)
+        before_client = time.process_time()
+        before_busy, before_total = machine_busy_seconds()
         lat, errors = asyncio.run(load(svc, fan, 16, 800))
+        busy, total = machine_busy_seconds()
+        cpu = cpu_seconds(service.pid) - before
+        per = 1000 / len(lat)
         print(
             f"  c=16  n=800  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+            f"  service CPU {cpu * per:5.2f} ms per prepare"
+        )
+        # At c=16 the machine itself is the limit: what every process spent per prepare.
+        print(
+            f"        CPU per prepare: the eight contributors"
+            f" {(sum(cpu_seconds(proc.pid) for proc in contributors) - before_contributors) * per:5.2f} ms,"
+            f" this load client {(time.process_time() - before_client) * per:5.2f} ms;"
+            f" machine busy {(busy - before_busy) / (total - before_total) * 100:3.0f}%"
+            f" of {os.cpu_count()} cores"
         )
     finally:
         for proc in procs:

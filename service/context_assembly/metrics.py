@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter as Counter_
 from operator import attrgetter
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -70,19 +71,30 @@ class Metrics:
             buckets=_DELTA_BUCKETS,
             registry=self.registry,
         )
+        # Labelled children, looked up once (``labels()`` validates and locks on every call); as
+        # many entries as the families' own label sets, which no code path removes.
+        self._decision_children: dict[tuple[str, str], Any] = {}
+        self._contributor_children: dict[tuple[str, str], Any] = {}
 
     def observe_preparation(
         self, operation: str, seconds: float, response: PrepareResponse
     ) -> None:
         self.prepare_seconds.labels(operation).observe(seconds)
         tally = Counter_(map(_STATUS_REASON, response.selection.blocks))
-        for (status, reason), amount in tally.items():
-            self.decisions.labels(status, reason).inc(amount)
+        decisions = self._decision_children
+        for key, amount in tally.items():
+            child = decisions.get(key)
+            if child is None:
+                child = decisions[key] = self.decisions.labels(*key)
+            child.inc(amount)
+        contributors = self._contributor_children
         for source in response.selection.sources:
             if source.kind == "webhook":
-                self.contributor_seconds.labels(source.source, source.status).observe(
-                    source.duration_ms / 1000.0
-                )
+                key = (source.source, source.status)
+                child = contributors.get(key)
+                if child is None:
+                    child = contributors[key] = self.contributor_seconds.labels(*key)
+                child.observe(source.duration_ms / 1000.0)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

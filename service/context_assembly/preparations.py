@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import orjson
@@ -210,15 +210,36 @@ def _message_hashes(messages: Sequence[Message]) -> list[str]:
     return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
 
 
+# Answers that passed the per-source block rules, by (source, max_block_characters, digest of
+# the blocks): a contributor that answers the same blocks turn after turn is checked once. Only
+# passes are kept (a failure is checked again, to name its rule); ~250 bytes an entry.
+MAX_PASSED_CHECKS: Final = 16_384
+PassedChecks = set[tuple[str, int, bytes]]
+
+
 def _check_and_digest(
-    outcome: ContributorOutcome, request: PrepareRequest, digests: dict[str, bytes]
+    outcome: ContributorOutcome,
+    request: PrepareRequest,
+    digests: dict[str, bytes],
+    passed: PassedChecks,
 ) -> ContributorOutcome:
-    """``_check_blocks``, then the digest of the blocks it kept (``memo.blocks_digest``): run on
-    each answer as it arrives, so the assembly after the last answer has less to do."""
-    checked = _check_blocks(outcome, request)
-    if checked.ok:
-        digests[checked.source] = blocks_digest(checked.blocks)
-    return checked
+    """``_check_blocks`` and the digest of the blocks (``memo.blocks_digest``, the memo key): run
+    on each answer as it arrives, so the assembly after the last answer has less to do. The
+    digest comes first: with the limit the rules read, it says whether these very blocks already
+    passed (``passed``), and then the rules are not run again."""
+    if not outcome.ok:
+        return outcome
+    digest_ = blocks_digest(outcome.blocks)
+    key = (outcome.source, request.options.max_block_characters, digest_)
+    if key not in passed:
+        checked = _check_blocks(outcome, request)
+        if not checked.ok:
+            return checked
+        if len(passed) >= MAX_PASSED_CHECKS:
+            passed.clear()
+        passed.add(key)
+    digests[outcome.source] = digest_
+    return outcome
 
 
 def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
@@ -323,6 +344,7 @@ class Preparations:
         self.url_policy = UrlPolicy(
             allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
         )
+        self.passed_checks: PassedChecks = set()
 
     def reconfigure(self, settings: Settings) -> None:
         """Take reloaded settings (contributors, allowlist, limits) for the next calls."""
@@ -420,7 +442,9 @@ class Preparations:
                 deadline,
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
-                check=functools.partial(_check_and_digest, request=request, digests=digests),
+                check=functools.partial(
+                    _check_and_digest, request=request, digests=digests, passed=self.passed_checks
+                ),
                 while_waiting=while_waiting,
             )
             raise_for_failures(outcomes, targets)
