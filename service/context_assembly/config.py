@@ -99,6 +99,10 @@ class InlineUrlSettings(_Section):
 class LimitSettings(_Section):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_contributor_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # Contributor calls in flight at once, all contributors together (a call over it waits for
+    # a free connection, within its deadline). 256: 32 concurrent prepares fanning out to eight
+    # contributors each. Read at start (a reload does not change it).
+    max_contributor_connections: int = Field(default=256, ge=1, le=65_536)
     validate_timeout_ms: int = Field(default=1000, ge=1, le=30_000)
 
 

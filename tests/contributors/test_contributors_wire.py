@@ -234,3 +234,35 @@ async def test_tls_checks_the_certificate_against_the_url_host() -> None:
                 await post(client, url, pin)
     finally:
         await client.aclose()
+
+
+async def test_begin_sends_on_an_idle_connection_only_and_reports_the_race(
+    wire: WireClient,
+) -> None:
+    """``begin`` writes on a pooled connection (else ``None``: no new connection, no wait);
+    ``finish`` pools it again; a pooled connection closed before answering is the race."""
+    script = Script(
+        send(length_framed()), send(length_framed()), close_now(), send(length_framed())
+    )
+    async with script.running() as srv:
+        url = f"http://127.0.0.1:{srv.port}/"
+        headers = {"content-type": "application/json"}
+        assert await wire.begin(url, b"{}", headers, None, max_bytes=1 << 20) is None
+        assert srv.connections == 0
+        assert await post(wire, url) == OK
+        started = await wire.begin(url, b"{}", headers, None, max_bytes=1 << 20)
+        assert started is not None
+        await started.head
+        assert started.status == 200 and started.headers["content-type"] == "application/json"
+        await started.done
+        assert started.finish() == OK
+        raced = await wire.begin(url, b"{}", headers, None, max_bytes=1 << 20)
+        assert raced is not None  # the same connection, pooled again
+        with pytest.raises(WireError) as info:
+            await raced.done
+        assert raced.raced(info.value)
+        raced.abort()
+        raced.abort()  # idempotent: the slot is released once
+        assert await post(wire, url) == OK  # a new connection
+    assert srv.connections == 2 and len(srv.requests) == 4
+    assert wire._slots is not None and wire._slots._value == wire.max_connections

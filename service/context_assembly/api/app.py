@@ -24,7 +24,7 @@ from context_assembly.api.problems import install_problem_handlers
 from context_assembly.api.reload import reload_settings
 from context_assembly.api.routes import lean_dispatched, ops, v1
 from context_assembly.config import Settings
-from context_assembly.contributors.client import create_client
+from context_assembly.contributors.client import contributor_limits, create_client
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.metrics import Metrics
@@ -85,7 +85,9 @@ def create_app(
             redis_url=settings.store.redis_url,
             key_prefix=settings.store.key_prefix,
         )
-        the_client = client or create_client()
+        the_client = client or create_client(
+            limits=contributor_limits(settings.limits.max_contributor_connections)
+        )
         for name in ("o200k_base", "cl100k_base"):
             get_counter(name).count("warm up")  # build encodings now, not on the first request
         # Everything built so far (encodings, registry, schemas, routes) lives as long as the

@@ -1,11 +1,17 @@
 """Contributor webhook calls: fan-out under one deadline, size caps, validation, failure policy.
 
-SPEC §3.4. Every call has **one total deadline** (``asyncio.timeout``) around the whole exchange:
-connect, request, response headers and the streamed body. httpx's per-phase timeouts are set to
-the remaining time as a second line only; a server that drips one byte at a time defeats a
-per-read timeout, never this deadline. At the deadline the call's task is cancelled, its
-connection closed, and its outcome settled as ``timeout``; outcomes are taken only from the
-``gather`` result, so an answer that arrives later has nothing left to change.
+SPEC §3.4. Every call has **one total deadline** around the whole exchange: connect, request,
+response headers and the streamed body. httpx's per-phase timeouts are set to the remaining time
+as a second line only; a server that drips one byte at a time defeats a per-read timeout, never
+this deadline. At the deadline the call is cut, its connection closed, and its outcome settled
+as ``timeout``; an outcome once settled is never replaced, so an answer that arrives later has
+nothing left to change.
+
+Two ways to run a call, with the same outcomes (``tests/contributors/test_contributors_burst.py``
+runs every fault both ways): a contributor with an idle keep-alive connection on the fast path
+gets its request written at once and its answer handled by callbacks, under one timer for the
+whole fan-out (``_Burst``); any other call is a task (``_contribute_one``) under its own
+``asyncio.timeout``, on a new connection or through httpx.
 
 Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (deadline or a transport
 timeout); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
@@ -39,7 +45,7 @@ from context_assembly.contributors.signing import (
     webhook_id,
 )
 from context_assembly.contributors.ssrf import CheckedTarget
-from context_assembly.contributors.wire import WireError
+from context_assembly.contributors.wire import Started, WireClient, WireError
 from context_assembly.core.request import Block, Frozen, Message, Revision, Scope
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 
@@ -245,6 +251,16 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
     return bytes(buffer)
 
 
+def _call_headers(
+    target: ContributorTarget, msg_id: str, body: bytes, remaining: float
+) -> dict[str, str]:
+    return {
+        "content-type": "application/json",
+        TIMEOUT_HEADER: str(max(1, int(remaining * 1000))),
+        **sign_headers(target.secret, msg_id, body),
+    }
+
+
 async def _exchange(
     client: httpx.AsyncClient,
     target: ContributorTarget,
@@ -263,11 +279,7 @@ async def _exchange(
     def settled(status: Status, cause: str | None = None, data: bytes | None = None) -> _Exchange:
         return _Exchange(status, (clock() - started) * 1000.0, data, cause)
 
-    headers = {
-        "content-type": "application/json",
-        TIMEOUT_HEADER: str(max(1, int(remaining * 1000))),
-        **sign_headers(target.secret, msg_id, body),
-    }
+    headers = _call_headers(target, msg_id, body, remaining)
     extensions: dict[str, Any] = {}
     url = target.url
     if target.checked is not None:
@@ -380,21 +392,7 @@ async def _contribute_one(
 ) -> ContributorOutcome:
     started = clock()
     try:
-        packet = {
-            "type": "contribute",
-            "preparation_id": packet_fields.preparation_id,
-            "source": target.source,
-            "model": packet_fields.model,
-            "input": common["input"],
-            "data_budget_tokens": packet_fields.data_budget_tokens,
-            "source_token_limit": packet_fields.source_token_limits.get(target.source),
-            "scope": common["scope"],
-            "deadline_unix_ms": packet_fields.deadline_unix_ms,
-        }
-        body = orjson.dumps(packet)
-        msg_id = webhook_id(
-            packet_fields.preparation_id, target.source, "contribute", packet_fields.attempt
-        )
+        body, msg_id = _packet(target, common, packet_fields)
         result = await _exchange(
             client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
         )
@@ -402,26 +400,47 @@ async def _contribute_one(
             return ContributorOutcome(
                 target.source, result.status, result.duration_ms, cause=result.cause
             )
-        try:
-            answer = _parse_answer(result.body)
-        except ValidationError as err:
-            return ContributorOutcome(
-                target.source, "invalid", result.duration_ms, cause=_schema_cause(err)
-            )
-        except _Failure as failure:
-            return ContributorOutcome(
-                target.source, failure.status, result.duration_ms, cause=failure.cause
-            )
-        return ContributorOutcome(
-            target.source, "ok", result.duration_ms, answer.revision, tuple(answer.blocks)
-        )
+        return _answer_outcome(target.source, result.body, result.duration_ms)
     except Exception as exc:  # one contributor's surprise must never sink the whole fan-out
-        return ContributorOutcome(
-            target.source,
-            "error",
-            (clock() - started) * 1000.0,
-            cause=f"unexpected {type(exc).__name__}",
-        )
+        return _unexpected(target.source, exc, (clock() - started) * 1000.0)
+
+
+def _packet(
+    target: ContributorTarget, common: Mapping[str, Any], packet_fields: PacketFields
+) -> tuple[bytes, str]:
+    """The ``contribute`` packet's bytes for ``target`` and its ``webhook-id``."""
+    packet = {
+        "type": "contribute",
+        "preparation_id": packet_fields.preparation_id,
+        "source": target.source,
+        "model": packet_fields.model,
+        "input": common["input"],
+        "data_budget_tokens": packet_fields.data_budget_tokens,
+        "source_token_limit": packet_fields.source_token_limits.get(target.source),
+        "scope": common["scope"],
+        "deadline_unix_ms": packet_fields.deadline_unix_ms,
+    }
+    msg_id = webhook_id(
+        packet_fields.preparation_id, target.source, "contribute", packet_fields.attempt
+    )
+    return orjson.dumps(packet), msg_id
+
+
+def _answer_outcome(source: str, data: bytes, duration_ms: float) -> ContributorOutcome:
+    """The outcome of a 2xx JSON answer: ``ok`` with its revision and blocks, or ``invalid``."""
+    try:
+        answer = _parse_answer(data)
+    except ValidationError as err:
+        return ContributorOutcome(source, "invalid", duration_ms, cause=_schema_cause(err))
+    except _Failure as failure:
+        return ContributorOutcome(source, failure.status, duration_ms, cause=failure.cause)
+    return ContributorOutcome(source, "ok", duration_ms, answer.revision, tuple(answer.blocks))
+
+
+def _unexpected(source: str, exc: Exception, duration_ms: float) -> ContributorOutcome:
+    return ContributorOutcome(
+        source, "error", duration_ms, cause=f"unexpected {type(exc).__name__}"
+    )
 
 
 async def contribute_all(
@@ -455,6 +474,13 @@ async def contribute_all(
         "input": [m.model_dump(mode="json", exclude_none=True) for m in packet_fields.input],
         "scope": packet_fields.scope.model_dump(mode="json"),
     }
+    fast = fast_transport(client)
+    if fast is not None:
+        burst = _Burst(
+            client, fast.wire, targets, common, packet_fields, deadline_monotonic,
+            max_response_bytes, clock, check,
+        )  # fmt: skip
+        return await burst.run(while_waiting)
     calls = [
         _contribute_one(
             client, t, common, packet_fields, deadline_monotonic, max_response_bytes, clock
@@ -550,3 +576,180 @@ async def query_revision(
     except Exception:  # as in contribute_all: a surprise is an error, not a crash of validate
         return "error", None
     return "ok", answer.revision
+
+
+class _Burst:
+    """One fan-out on the fast wire path, with no task or timer per call.
+
+    Every target with an idle keep-alive connection has its request written at once
+    (``WireClient.begin``) and its answer handled by callbacks on the connection's futures: the
+    head is checked as it arrives, the answer parsed and ``check``-ed as it completes. One timer
+    at the deadline settles whatever is still under way as ``timeout`` and closes its
+    connection. A target with no idle connection (the first call, or after the keep-alive
+    expiry), and a call that lost the keep-alive race, runs ``_contribute_one`` as a task on a
+    new connection under the same deadline. Outcomes, statuses and causes are those of
+    ``_contribute_one`` (the loopback tests run every fault both ways); per call, a task, a
+    timeout and their scheduling cost more CPU than the call's own work (~0.45 ms of ~1.05 ms
+    per fan-out of eight at 16 concurrent fan-outs, measured on loopback).
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        wire: WireClient,
+        targets: Sequence[ContributorTarget],
+        common: Mapping[str, Any],
+        packet_fields: PacketFields,
+        deadline: float,
+        max_bytes: int,
+        clock: Callable[[], float],
+        check: Callable[[ContributorOutcome], ContributorOutcome] | None,
+    ) -> None:
+        self.client, self.wire, self.targets, self.common = client, wire, targets, common
+        self.fields, self.deadline, self.max_bytes = packet_fields, deadline, max_bytes
+        self.clock, self.check = clock, check
+        self.loop = asyncio.get_running_loop()
+        self.outcomes: list[ContributorOutcome | None] = [None] * len(targets)
+        self.waiting = len(targets)
+        self.all_settled: asyncio.Future[None] = self.loop.create_future()
+        self.live: dict[int, tuple[Started, float]] = {}  # index -> (exchange, start)
+        self.tasks: set[asyncio.Task[ContributorOutcome]] = set()
+
+    async def run(self, while_waiting: Callable[[], object] | None) -> list[ContributorOutcome]:
+        timer = self.loop.call_later(max(self.deadline - self.clock(), 0.0), self._expire)
+        try:
+            for index, target in enumerate(self.targets):
+                await self._start(index, target)
+            if while_waiting is not None:
+                if self.tasks:
+                    await asyncio.sleep(0)  # the calls on new connections take their first step
+                while_waiting()
+            await self.all_settled
+        except BaseException:
+            self._abandon()
+            raise
+        finally:
+            timer.cancel()
+        return [outcome for outcome in self.outcomes if outcome is not None]
+
+    async def _start(self, index: int, target: ContributorTarget) -> None:
+        started = self.clock()
+        remaining = self.deadline - started
+        if remaining < 0.001:
+            self._settle(index, ContributorOutcome(target.source, "skipped_deadline", 0.0,
+                                                   cause="no time left before the deadline"))  # fmt: skip
+            return
+        try:
+            body, msg_id = _packet(target, self.common, self.fields)
+            headers = _call_headers(target, msg_id, body, remaining)
+            url = target.url if target.checked is None else target.checked.url
+            exchange = await self.wire.begin(
+                url, body, headers, target.checked, max_bytes=self.max_bytes
+            )
+        except WireError as failure:
+            duration = (self.clock() - started) * 1000.0
+            self._settle(index, ContributorOutcome(target.source, failure.status, duration,
+                                                   cause=failure.cause))  # fmt: skip
+            return
+        except Exception as exc:  # as in _contribute_one: one surprise never sinks the fan-out
+            self._settle(index, _unexpected(target.source, exc, (self.clock() - started) * 1000))
+            return
+        if exchange is None:
+            self._spawn(index, target)
+            return
+        self.live[index] = (exchange, started)
+        exchange.head.add_done_callback(lambda _: self._on_head(index))
+        exchange.done.add_done_callback(lambda _: self._on_done(index))
+
+    def _spawn(self, index: int, target: ContributorTarget) -> None:
+        """The per-call path for ``target``, on a new connection, under the same deadline."""
+        task = self.loop.create_task(
+            _contribute_one(self.client, target, self.common, self.fields, self.deadline,
+                            self.max_bytes, self.clock)
+        )  # fmt: skip
+        self.tasks.add(task)
+
+        def done(task: asyncio.Task[ContributorOutcome]) -> None:
+            self.tasks.discard(task)
+            if not task.cancelled():
+                self._settle(index, task.result())  # _contribute_one returns, never raises
+
+        task.add_done_callback(done)
+
+    def _on_head(self, index: int) -> None:
+        live = self.live.get(index)
+        if live is None or live[0].head.exception() is not None:
+            return  # settled already, or the failure is the done callback's to report
+        exchange = live[0]
+        try:
+            _check_status_headers(exchange.status, exchange.headers, self.max_bytes)
+        except _Failure as failure:
+            self._end(index, failure.status, failure.cause)
+
+    def _on_done(self, index: int) -> None:
+        live = self.live.get(index)
+        if live is None:
+            return
+        exchange, started = live
+        err = exchange.done.exception()
+        if err is not None:
+            assert isinstance(err, WireError)
+            if exchange.raced(err):
+                del self.live[index]
+                exchange.abort()
+                self._spawn(index, self.targets[index])
+                return
+            self._end(index, err.status, err.cause)
+            return
+        del self.live[index]
+        source = self.targets[index].source
+        body = exchange.finish()
+        duration = (self.clock() - started) * 1000.0
+        try:
+            outcome = _answer_outcome(source, body, duration)
+        except Exception as exc:
+            outcome = _unexpected(source, exc, duration)
+        self._settle(index, outcome)
+
+    def _end(self, index: int, status: Status, cause: str | None) -> None:
+        """Settle a call still on the wire with a failure and close its connection."""
+        exchange, started = self.live.pop(index)
+        exchange.abort()
+        duration = (self.clock() - started) * 1000.0
+        self._settle(index, ContributorOutcome(self.targets[index].source, status, duration,
+                                               cause=cause))  # fmt: skip
+
+    def _expire(self) -> None:
+        """The deadline: every call still on the wire is a ``timeout``; the calls on new
+        connections time out under their own ``asyncio.timeout`` at the same deadline."""
+        for index in list(self.live):
+            exchange, _ = self.live[index]
+            phase = (
+                "reading the body" if exchange.head.done() else "waiting for the response headers"
+            )
+            self._end(index, "timeout", f"deadline reached while {phase}")
+
+    def _settle(self, index: int, outcome: ContributorOutcome) -> None:
+        if self.outcomes[index] is not None or self.all_settled.done():
+            return
+        try:
+            self.outcomes[index] = self.check(outcome) if self.check is not None else outcome
+        except BaseException as err:  # the caller's check failed: the fan-out fails with it
+            self.all_settled.set_exception(err)
+            return
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.all_settled.set_result(None)
+
+    def _abandon(self) -> None:
+        """The fan-out is given up (cancelled, or the caller's work failed): close every
+        connection still under way and cancel the calls on new connections."""
+        for exchange, _ in self.live.values():
+            exchange.abort()
+        self.live.clear()
+        for task in list(self.tasks):
+            task.cancel()
+        if not self.all_settled.done():
+            self.all_settled.cancel()
+        elif not self.all_settled.cancelled():
+            self.all_settled.exception()  # retrieved: it is being raised or dropped with the rest

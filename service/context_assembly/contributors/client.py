@@ -162,6 +162,14 @@ class ContributorTransport(httpx.AsyncBaseTransport):
         await self._pinned.aclose()
 
 
+def contributor_limits(max_connections: int = 256) -> httpx.Limits:
+    """The contributor client's pool limits: ``max_connections`` calls in flight at once (the
+    service passes ``limits.max_contributor_connections``)."""
+    return httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=20, keepalive_expiry=5.0
+    )
+
+
 def create_client(
     *,
     limits: httpx.Limits | None = None,
@@ -179,9 +187,7 @@ def create_client(
     mocks patch that path; the default fast path posts straight through the aiohttp pools, see
     :meth:`ContributorTransport.post`). Call ``await client.aclose()`` at shutdown.
     """
-    limits = limits or httpx.Limits(
-        max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0
-    )
+    limits = limits or contributor_limits()
     if transport is None:
         ctx = ssl_context or httpx.create_ssl_context(trust_env=False)
         transport = ContributorTransport(limits=limits, ssl_context=ctx)

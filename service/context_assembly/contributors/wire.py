@@ -28,8 +28,10 @@ What it does, and nothing more:
   keep-alive race); the repeated request has the same ``webhook-id``, which Standard Webhooks
   receivers use to drop duplicates.
 
-Deadlines are the caller's (one ``asyncio.timeout`` around the whole exchange); a cancelled call
-closes its connection.
+Deadlines are the caller's (one ``asyncio.timeout`` around ``post``; for ``begin``, the caller
+aborts the exchange at its deadline); a cancelled or aborted call closes its connection.
+``begin`` sends on an idle connection without a task or a wait (``calls._Burst``); ``post``
+connects when it must and waits for a free connection slot.
 """
 
 from __future__ import annotations
@@ -246,18 +248,9 @@ class WireClient:
             WireError: a transport failure (``status`` "error", or "too_large" over the cap).
             OSError: connecting failed (refused, unreachable, name resolution, TLS).
         """
-        if self._closed:
-            raise WireError("the contributor client is closed")
-        endpoint = self._endpoints.get((url, pin))
-        if endpoint is None:
-            endpoint = _endpoint(url, pin)
-            if len(self._endpoints) >= MAX_ENDPOINTS:
-                self._endpoints.clear()
-            self._endpoints[(url, pin)] = endpoint
+        endpoint = self._endpoint_for(url, pin)
         request = self._request_bytes(endpoint, body, {**self.default_headers, **headers})
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.max_connections)
-        async with self._slots:
+        async with self._slots_():
             conn = self._pooled(endpoint)
             if conn is not None:
                 try:
@@ -270,6 +263,43 @@ class WireClient:
             conn = await self._connect(endpoint)
             return await self._exchange(endpoint, conn, request, check_head, max_bytes)
 
+    async def begin(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        pin: CheckedTarget | None,
+        *,
+        max_bytes: int,
+    ) -> Started | None:
+        """Write the POST on an idle keep-alive connection and return the exchange under way,
+        or ``None`` when the endpoint has no idle connection or no connection slot is free (then
+        ``post`` is the way). Never waits.
+
+        No task and no timer: the caller watches ``Started.head`` and ``Started.done`` and ends
+        the exchange with ``finish`` or ``abort`` (each releases the connection slot once). The
+        keep-alive race is the caller's to retry (``Started.raced``), on a new connection.
+
+        Raises:
+            WireError: the client is closed, the URL cannot be sent, a header has a line break.
+        """
+        endpoint = self._endpoint_for(url, pin)
+        if not self._idle.get(endpoint.key):
+            return None
+        request = self._request_bytes(endpoint, body, {**self.default_headers, **headers})
+        slots = self._slots_()
+        if slots.locked():
+            return None  # every slot taken: ``post`` waits for one under the caller's deadline
+        await slots.acquire()  # free: returns at once, never suspends
+        conn = self._pooled(endpoint)
+        if conn is None:
+            slots.release()
+            return None
+        conn._reset(asyncio.get_running_loop(), max_bytes)
+        assert conn.transport is not None
+        conn.transport.write(request)
+        return Started(self, endpoint, conn)
+
     async def aclose(self) -> None:
         """Close every idle connection; later calls fail."""
         self._closed = True
@@ -279,6 +309,30 @@ class WireClient:
         self._idle.clear()
 
     # -- internals
+    def _endpoint_for(self, url: str, pin: CheckedTarget | None) -> _Endpoint:
+        if self._closed:
+            raise WireError("the contributor client is closed")
+        endpoint = self._endpoints.get((url, pin))
+        if endpoint is None:
+            endpoint = _endpoint(url, pin)
+            if len(self._endpoints) >= MAX_ENDPOINTS:
+                self._endpoints.clear()
+            self._endpoints[(url, pin)] = endpoint
+        return endpoint
+
+    def _slots_(self) -> asyncio.Semaphore:
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_connections)
+        return self._slots
+
+    def _keep(self, endpoint: _Endpoint, conn: _Connection) -> None:
+        """Pool ``conn`` after a complete exchange if it may carry another, else close it."""
+        if conn.reusable() and not self._closed:
+            conn.idle_since = time.monotonic()
+            self._idle.setdefault(endpoint.key, []).append(conn)
+        else:
+            conn.abort()
+
     @staticmethod
     def _request_bytes(endpoint: _Endpoint, body: bytes, headers: Mapping[str, str]) -> bytes:
         lines = [b"POST " + endpoint.target + b" HTTP/1.1", b"host: " + endpoint.host_header]
@@ -338,8 +392,65 @@ class WireClient:
             ok = True
             return bytes(conn.body)
         finally:
-            if ok and conn.reusable() and not self._closed:
-                conn.idle_since = time.monotonic()
-                self._idle.setdefault(endpoint.key, []).append(conn)
+            if ok:
+                self._keep(endpoint, conn)
             else:
                 conn.abort()
+
+
+@dataclass(slots=True, eq=False)
+class Started:
+    """A POST written by ``WireClient.begin`` whose answer is under way on ``conn``.
+
+    ``head`` resolves when the response head is in (``status``, ``headers``), ``done`` when the
+    answer is complete; either fails with ``WireError``. End it with ``finish`` (the body; the
+    connection is pooled when it can carry another exchange) or ``abort`` (closed): each
+    releases the client's connection slot, once.
+    """
+
+    client: WireClient
+    endpoint: _Endpoint
+    conn: _Connection
+    open: bool = True
+
+    @property
+    def head(self) -> asyncio.Future[None]:
+        assert self.conn.head is not None
+        return self.conn.head
+
+    @property
+    def done(self) -> asyncio.Future[None]:
+        assert self.conn.done is not None
+        return self.conn.done
+
+    @property
+    def status(self) -> int:
+        return self.conn.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.conn.headers
+
+    def raced(self, err: WireError) -> bool:
+        """Whether ``err`` is the keep-alive race: the idle connection was closed by the server
+        before it answered anything; the request may be sent again on a new connection."""
+        return not self.conn.received and err.cause in _RACE_CAUSES
+
+    def finish(self) -> bytes:
+        """The body of the complete answer (``done`` resolved without error)."""
+        body = bytes(self.conn.body)
+        if self._end():
+            self.client._keep(self.endpoint, self.conn)
+        return body
+
+    def abort(self) -> None:
+        """Close the connection (a deadline, a failed check, a cancel); idempotent."""
+        if self._end():
+            self.conn.abort()
+
+    def _end(self) -> bool:
+        if not self.open:
+            return False
+        self.open = False
+        self.client._slots_().release()
+        return True
