@@ -588,9 +588,10 @@ class _Burst:
     connection. A target with no idle connection (the first call, or after the keep-alive
     expiry), and a call that lost the keep-alive race, runs ``_contribute_one`` as a task on a
     new connection under the same deadline. Outcomes, statuses and causes are those of
-    ``_contribute_one`` (the loopback tests run every fault both ways); per call, a task, a
-    timeout and their scheduling cost more CPU than the call's own work (~0.45 ms of ~1.05 ms
-    per fan-out of eight at 16 concurrent fan-outs, measured on loopback).
+    ``_contribute_one`` (the loopback tests run every fault both ways). Why: per call, a task,
+    a timeout and their scheduling are a good part of the call's CPU; at 16 concurrent
+    fan-outs of eight on loopback the fan-out's CPU went from 0.84–1.00 ms to 0.72–0.79 ms, at
+    one from 1.31–1.63 ms to 1.15–1.30 ms (docs/performance.md).
     """
 
     def __init__(
