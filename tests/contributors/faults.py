@@ -21,10 +21,24 @@ import asyncio
 import contextlib
 import socket
 import struct
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
+
+import httpx
+
+from context_assembly.contributors import (
+    ContributorOutcome,
+    ContributorTarget,
+    PacketFields,
+    contribute_all,
+)
+
+CAP = 256 * 1024
+DEADLINE = 0.3  # seconds: the anchors' timeoutMs=300 scenarios
+SLACK = 0.1  # the issue's bound: elapsed within deadline + 100 ms
 
 Behaviour = Literal[
     "ok", "hang", "drip", "slow_headers", "reset", "oversize", "redirect", "invalid_json"
@@ -233,3 +247,29 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+@contextlib.asynccontextmanager
+async def servers(count: int, **behaviour: Any) -> AsyncIterator[list[FaultServer]]:
+    """Start ``count`` fault servers with one behaviour and stop them afterwards."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(FaultServer(**behaviour)) for _ in range(count)]
+
+
+async def fan_out(
+    client: httpx.AsyncClient,
+    fields: PacketFields,
+    targets: Sequence[ContributorTarget],
+    timeout: float = DEADLINE,
+    **kw: Any,
+) -> tuple[list[ContributorOutcome], float]:
+    """Run one fan-out (``kw``: ``contribute_all``'s options) and return its outcomes and wall
+    time in seconds."""
+    started = time.monotonic()
+    outcomes = await contribute_all(client, targets, fields, started + timeout, CAP, **kw)
+    return outcomes, time.monotonic() - started
+
+
+def registered(server: FaultServer, source: str = "memory", **kw: Any) -> ContributorTarget:
+    """A registered target pointing at a fault server."""
+    return ContributorTarget(source=source, url=server.url, **kw)

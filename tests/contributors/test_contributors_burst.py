@@ -10,27 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
-from faults import FaultServer
+from faults import DEADLINE, SLACK, FaultServer, fan_out, registered, servers
 
 from context_assembly.contributors import (
     ContributorOutcome,
     ContributorTarget,
     PacketFields,
     calls,
-    contribute_all,
     create_client,
 )
 from context_assembly.contributors.client import contributor_limits
-
-CAP = 256 * 1024
-DEADLINE = 0.3
-SLACK = 0.1
 
 # Each fault, as FaultServer settings applied after the connection is pooled.
 FAULTS: list[dict[str, Any]] = [
@@ -51,12 +44,6 @@ FAULTS: list[dict[str, Any]] = [
 SAME_CAUSE = {"connection reset", "server closed the connection"}  # a reset reads as either
 
 
-@asynccontextmanager
-async def servers(count: int, **behaviour: Any) -> AsyncIterator[list[FaultServer]]:
-    async with AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(FaultServer(**behaviour)) for _ in range(count)]
-
-
 @pytest.fixture
 def per_call(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The sources that went through ``_contribute_one`` (the per-call path), in order."""
@@ -71,29 +58,13 @@ def per_call(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-async def fan_out(
-    client: httpx.AsyncClient,
-    fields: PacketFields,
-    targets: list[ContributorTarget],
-    timeout: float = DEADLINE,
-    **kw: Any,
-) -> tuple[list[ContributorOutcome], float]:
-    started = time.monotonic()
-    outcomes = await contribute_all(client, targets, fields, started + timeout, CAP, **kw)
-    return outcomes, time.monotonic() - started
-
-
 async def pooled(client: httpx.AsyncClient, fields: PacketFields, server: FaultServer) -> None:
     """One good exchange with a server still answering ``ok``, so that its connection is idle in
     the pool; the next requests on it meet whatever the server is set to afterwards."""
-    outcomes, _ = await fan_out(client, fields, [target(server)], timeout=2.0)
+    outcomes, _ = await fan_out(client, fields, [registered(server)], timeout=2.0)
     assert outcomes[0].status == "ok"
     server.peer_closed.clear()
     server.request_seen.clear()
-
-
-def target(server: FaultServer, source: str = "memory") -> ContributorTarget:
-    return ContributorTarget(source=source, url=server.url)
 
 
 async def settle(fault: dict[str, Any], warm: bool, fields: PacketFields) -> tuple[Any, ...]:
@@ -103,7 +74,7 @@ async def settle(fault: dict[str, Any], warm: bool, fields: PacketFields) -> tup
             await pooled(client, fields, server)
         for name, value in fault.items():
             setattr(server, name, value)
-        outcomes, elapsed = await fan_out(client, fields, [target(server)])
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
         outcome = outcomes[0]
         assert elapsed <= DEADLINE + SLACK
         if (outcome.cause or "").startswith("deadline reached"):
@@ -139,7 +110,7 @@ async def test_eight_pooled_contributors_answer_in_one_burst(
     client: httpx.AsyncClient, fields: PacketFields, per_call: list[str]
 ) -> None:
     async with servers(8, delay=0.1) as hooks:
-        targets = [target(s, f"s{i}") for i, s in enumerate(hooks)]
+        targets = [registered(s, f"s{i}") for i, s in enumerate(hooks)]
         await fan_out(client, fields, targets, timeout=1.0)
         assert sorted(per_call) == sorted(t.source for t in targets)
         per_call.clear()
@@ -166,7 +137,7 @@ async def test_a_late_answer_on_a_pooled_connection_changes_nothing(
         await pooled(client, fields, server)
         server.delay = DEADLINE + 0.15
         server.answered.clear()
-        outcomes, elapsed = await fan_out(client, fields, [target(server)])
+        outcomes, elapsed = await fan_out(client, fields, [registered(server)])
         snapshot = list(outcomes)
         assert outcomes[0].status == "timeout" and elapsed <= DEADLINE + SLACK
         leftover = set(asyncio.all_tasks()) - baseline - {asyncio.current_task()}
@@ -185,14 +156,16 @@ async def test_cancelling_a_pooled_fan_out_closes_its_connections_and_frees_the_
             await pooled(client, fields, server)
             server.behaviour = "hang"
             server.request_seen.clear()
-            task = asyncio.ensure_future(fan_out(client, fields, [target(server)], timeout=10.0))
+            task = asyncio.ensure_future(
+                fan_out(client, fields, [registered(server)], timeout=10.0)
+            )
             await asyncio.wait_for(server.request_seen.wait(), timeout=2.0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
             server.behaviour = "ok"
-            outcomes, _ = await fan_out(client, fields, [target(server)], timeout=1.0)
+            outcomes, _ = await fan_out(client, fields, [registered(server)], timeout=1.0)
         assert outcomes[0].status == "ok"
 
 
@@ -202,7 +175,7 @@ async def test_with_every_slot_taken_a_pooled_call_waits_for_one(
     """Two contributors, one connection slot: the second call waits for the first to end."""
     async with create_client(limits=contributor_limits(1)) as client:
         async with servers(2, delay=0.05) as hooks:
-            targets = [target(s, f"s{i}") for i, s in enumerate(hooks)]
+            targets = [registered(s, f"s{i}") for i, s in enumerate(hooks)]
             for hook in hooks:
                 await pooled(client, fields, hook)
             per_call.clear()
@@ -225,7 +198,7 @@ async def test_a_failing_check_fails_the_fan_out_and_closes_the_connections(
 
         started = time.monotonic()
         with pytest.raises(RuntimeError, match="check failed"):
-            await fan_out(client, fields, [target(good, "a"), target(hung, "b")], timeout=5.0,
+            await fan_out(client, fields, [registered(good, "a"), registered(hung, "b")], timeout=5.0,
                           check=check)  # fmt: skip
         assert time.monotonic() - started < 1.0
         await asyncio.wait_for(hung.peer_closed.wait(), timeout=1.0)

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 import pytest
 from doubles import SECRET, RecordingResolver
-from faults import FaultServer, closed_port
+from faults import CAP, DEADLINE, SLACK, FaultServer, closed_port, fan_out, registered, servers
 from standardwebhooks import Webhook
 
 from context_assembly.contributors import (
     PIN_EXTENSION,
     TIMEOUT_HEADER,
-    ContributorOutcome,
     ContributorTarget,
     PacketFields,
     UrlPolicy,
@@ -26,34 +23,6 @@ from context_assembly.contributors import (
     raise_for_failures,
 )
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
-
-CAP = 256 * 1024
-DEADLINE = 0.3  # seconds: the anchors' timeoutMs=300 scenarios
-SLACK = 0.1  # the issue's bound: elapsed within deadline + 100 ms
-
-
-@contextlib.asynccontextmanager
-async def servers(count: int, **behaviour: Any) -> AsyncIterator[list[FaultServer]]:
-    """Start ``count`` fault servers with one behaviour and stop them afterwards."""
-    async with contextlib.AsyncExitStack() as stack:
-        yield [await stack.enter_async_context(FaultServer(**behaviour)) for _ in range(count)]
-
-
-async def fan_out(
-    client: httpx.AsyncClient,
-    fields: PacketFields,
-    targets: Sequence[ContributorTarget],
-    timeout: float = DEADLINE,
-) -> tuple[list[ContributorOutcome], float]:
-    """Run one fan-out and return its outcomes and wall time in seconds."""
-    started = time.monotonic()
-    outcomes = await contribute_all(client, targets, fields, started + timeout, CAP)
-    return outcomes, time.monotonic() - started
-
-
-def registered(server: FaultServer, source: str = "memory", **kw: Any) -> ContributorTarget:
-    """A registered target pointing at a fault server."""
-    return ContributorTarget(source=source, url=server.url, **kw)
 
 
 async def test_eight_contributors_answer_concurrently(
