@@ -240,9 +240,11 @@ def main() -> None:
         svc_port = free_port()
         lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
         contrib_ports: list[int] = []
+        contributors: list[subprocess.Popen[bytes]] = []
         for i in range(8):
             contributor, contrib_port = start_contributor()
             procs.append(contributor)
+            contributors.append(contributor)
             contrib_ports.append(contrib_port)
             lines += [
                 f"[contributors.c{i}]",
@@ -347,7 +349,6 @@ def main() -> None:
             f" bare aiohttp p50 {pct(bare_floor, 0.5):6.2f} ms;"
             f" the service adds {pct(lat, 0.5) - pct(client_floor, 0.5):.2f} ms at p50"
         )
-        contributors = procs[:8]
         before = cpu_seconds(service.pid)
         before_contributors = sum(cpu_seconds(proc.pid) for proc in contributors)
         before_client = time.process_time()

@@ -33,6 +33,14 @@ _STATUS_REASON = attrgetter("status", "reason")
 _DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
 
 
+def _child(cache: dict[tuple[str, str], Any], family: Any, key: tuple[str, str]) -> Any:
+    """``family.labels(*key)``, looked up once per key."""
+    child = cache.get(key)
+    if child is None:
+        child = cache[key] = family.labels(*key)
+    return child
+
+
 class Metrics:
     """The service's metric families."""
 
@@ -81,19 +89,12 @@ class Metrics:
     ) -> None:
         self.prepare_seconds.labels(operation).observe(seconds)
         tally = Counter_(map(_STATUS_REASON, response.selection.blocks))
-        decisions = self._decision_children
         for key, amount in tally.items():
-            child = decisions.get(key)
-            if child is None:
-                child = decisions[key] = self.decisions.labels(*key)
-            child.inc(amount)
-        contributors = self._contributor_children
+            _child(self._decision_children, self.decisions, key).inc(amount)
         for source in response.selection.sources:
             if source.kind == "webhook":
                 key = (source.source, source.status)
-                child = contributors.get(key)
-                if child is None:
-                    child = contributors[key] = self.contributor_seconds.labels(*key)
+                child = _child(self._contributor_children, self.contributor_seconds, key)
                 child.observe(source.duration_ms / 1000.0)
 
     def render(self) -> bytes:

@@ -58,6 +58,10 @@ Status = Literal["ok", "timeout", "error", "invalid", "too_large", "skipped_dead
 FailurePolicy = Literal["fail", "omit"]
 TargetKind = Literal["registered", "inline"]
 
+# A call with less time than this left before the deadline is not sent: ``skipped_deadline``.
+MIN_SEND_SECONDS = 0.001
+SKIPPED_CAUSE = "no time left before the deadline"
+
 _DEADLINE_STATUSES = frozenset({"timeout", "skipped_deadline"})
 _UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for Revision's members
 
@@ -273,8 +277,8 @@ async def _exchange(
     """POST ``body`` and read a capped 2xx JSON body, all within the one deadline."""
     started = clock()
     remaining = deadline_monotonic - started
-    if remaining < 0.001:
-        return _Exchange("skipped_deadline", 0.0, cause="no time left before the deadline")
+    if remaining < MIN_SEND_SECONDS:
+        return _Exchange("skipped_deadline", 0.0, cause=SKIPPED_CAUSE)
 
     def settled(status: Status, cause: str | None = None, data: bytes | None = None) -> _Exchange:
         return _Exchange(status, (clock() - started) * 1000.0, data, cause)
@@ -636,9 +640,11 @@ class _Burst:
     async def _start(self, index: int, target: ContributorTarget) -> None:
         started = self.clock()
         remaining = self.deadline - started
-        if remaining < 0.001:
-            self._settle(index, ContributorOutcome(target.source, "skipped_deadline", 0.0,
-                                                   cause="no time left before the deadline"))  # fmt: skip
+        if remaining < MIN_SEND_SECONDS:
+            skipped = ContributorOutcome(
+                target.source, "skipped_deadline", 0.0, cause=SKIPPED_CAUSE
+            )
+            self._settle(index, skipped)
             return
         try:
             body, msg_id = _packet(target, self.common, self.fields)
