@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import orjson
 import pytest
 from api_support import AppFactory, basic_request
 
+from context_assembly.api.app import GC_THRESHOLDS
 from context_assembly.api.openapi_export import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +130,18 @@ def test_ops_endpoints_and_request_id(make_client: AppFactory) -> None:
     echoed = client.get("/healthz", headers={"X-Request-Id": "abc-123"})
     assert echoed.headers["x-request-id"] == "abc-123"
     assert len(client.get("/healthz").headers["x-request-id"]) == 16
+
+
+def test_serving_sets_the_collector_thresholds(make_client: AppFactory) -> None:
+    """While the app serves, the cyclic collector runs at GC_THRESHOLDS, not Python's default."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        client = make_client()
+        assert client.get("/healthz").status_code == 200
+        assert gc.get_threshold() == GC_THRESHOLDS != (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
 
 
 class _Collector(HTMLParser):
