@@ -32,5 +32,7 @@ def configure_logging(level: str = "info") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.BytesLoggerFactory(sys.stderr.buffer),
-        cache_logger_on_first_use=False,
+        # A serving process configures once, before its first log line (the level is not
+        # reloadable), so each module's logger is bound on first use instead of on every call.
+        cache_logger_on_first_use=True,
     )
