@@ -10,9 +10,11 @@ from typing import Any
 import orjson
 import pytest
 from api_support import AppFactory, basic_request
+from fastapi.testclient import TestClient
 
-from context_assembly.api.app import GC_THRESHOLDS
+from context_assembly.api.app import GC_THRESHOLDS, create_app
 from context_assembly.api.openapi_export import render
+from context_assembly.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,14 +134,17 @@ def test_ops_endpoints_and_request_id(make_client: AppFactory) -> None:
     assert len(client.get("/healthz").headers["x-request-id"]) == 16
 
 
-def test_serving_sets_the_collector_thresholds(make_client: AppFactory) -> None:
-    """While the app serves, the cyclic collector runs at GC_THRESHOLDS, not Python's default."""
+def test_serving_sets_the_collector_thresholds(tmp_path: Path) -> None:
+    """While the app serves, the cyclic collector runs at GC_THRESHOLDS; at shutdown the
+    process's own thresholds are back."""
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
-        client = make_client()
-        assert client.get("/healthz").status_code == 200
-        assert gc.get_threshold() == GC_THRESHOLDS != (700, 10, 10)
+        app = create_app(load_settings(store={"path": str(tmp_path / "gc.db")}))
+        with TestClient(app) as client:
+            assert client.get("/healthz").status_code == 200
+            assert gc.get_threshold() == GC_THRESHOLDS != (700, 10, 10)
+        assert gc.get_threshold() == (700, 10, 10)
     finally:
         gc.set_threshold(*before)
 

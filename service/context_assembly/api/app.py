@@ -102,7 +102,8 @@ def create_app(
         # do not traverse it (they showed up as p99 spikes of tens of milliseconds).
         gc.collect()
         gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)  # the embedding process's own are back at shutdown
         app.state.preparations = Preparations(
             settings, the_store, the_client, registry, resolver=resolver, clock=clock
         )
@@ -123,6 +124,7 @@ def create_app(
                 await the_client.aclose()
             if own_store:
                 await the_store.aclose()
+            gc.set_threshold(*thresholds)
             log.info("stopped")
 
     app = FastAPI(
