@@ -212,6 +212,11 @@ class _Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         return self.complete and self.keep_alive and not self.closed
 
+    def lost_race(self, err: WireError) -> bool:
+        """Whether ``err`` is the keep-alive race: this idle connection was closed by the server
+        before it answered anything, so the request may be sent again on a new connection."""
+        return not self.received and err.cause in _RACE_CAUSES
+
 
 @dataclass(slots=True)
 class WireClient:
@@ -256,10 +261,8 @@ class WireClient:
                 try:
                     return await self._exchange(endpoint, conn, request, check_head, max_bytes)
                 except WireError as err:
-                    # The keep-alive race: the idle connection was closed by the server before
-                    # it read anything of ours. Anything else is the contributor's answer.
-                    if conn.received or err.cause not in _RACE_CAUSES:
-                        raise
+                    if not conn.lost_race(err):
+                        raise  # anything but the keep-alive race is the contributor's answer
             conn = await self._connect(endpoint)
             return await self._exchange(endpoint, conn, request, check_head, max_bytes)
 
@@ -432,9 +435,8 @@ class Started:
         return self.conn.headers
 
     def raced(self, err: WireError) -> bool:
-        """Whether ``err`` is the keep-alive race: the idle connection was closed by the server
-        before it answered anything; the request may be sent again on a new connection."""
-        return not self.conn.received and err.cause in _RACE_CAUSES
+        """Whether ``err`` is the keep-alive race (``_Connection.lost_race``)."""
+        return self.conn.lost_race(err)
 
     def finish(self) -> bytes:
         """The body of the complete answer (``done`` resolved without error)."""
