@@ -8,12 +8,12 @@ prepares at concurrency 16 and at 1 and prints, per stage, the CPU per call, the
 prepare and the stage's share of the service's whole CPU per prepare (all its threads, from
 /proc, as ``bench_service.py`` reads it).
 
-Why: a step measured warm in a tight loop costs a third of what it costs in the service under
-load, where the eight contributor processes, the load client and the service share two cores
-and every cache is cold again after each wait (docs/performance.md). Optimise what this table
-shows, not what a micro-benchmark shows.
+Why: a step measured warm in a tight loop costs a half to a quarter of what it costs in the
+service under load, where the eight contributor processes, the load client and the service share
+two cores and every cache is cold again after each wait (docs/performance.md). Optimise what
+this table shows, not what a micro-benchmark shows.
 
-The timers cost ~1 µs per call (two clock reads; the figure is printed); the async parts
+The timers cost 1–2 µs per call (two clock reads; the figure is printed); the async parts
 (the fan-out itself, the HTTP layers) are what is left of the whole once the stages are taken
 out. Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``.venv/bin/python bench/bench_stages.py [--n16 3000] [--n1 300]``.
@@ -26,6 +26,7 @@ import asyncio
 import functools
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -164,6 +165,7 @@ def run(n16: int, n1: int) -> None:
     finally:
         for proc in procs:
             svc.stop(proc)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:
