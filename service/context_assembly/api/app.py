@@ -115,6 +115,7 @@ def create_app(
         try:
             yield
         finally:
+            gc.set_threshold(*thresholds)  # first: a failing close below must not skip it
             purge.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await purge
@@ -124,7 +125,6 @@ def create_app(
                 await the_client.aclose()
             if own_store:
                 await the_store.aclose()
-            gc.set_threshold(*thresholds)
             log.info("stopped")
 
     app = FastAPI(
