@@ -88,6 +88,29 @@ def start_contributor() -> tuple[subprocess.Popen[bytes], int]:
     return start(cmd, port, "/"), port
 
 
+def start_contributors(
+    folder: Path, n: int = 8
+) -> tuple[list[subprocess.Popen[bytes]], list[int], Path]:
+    """``n`` loopback contributors (each its own uvicorn process) and the service's TOML in
+    ``folder`` registering them as ``c0``.. answering in 20 ms, with its SQLite file there too."""
+    procs: list[subprocess.Popen[bytes]] = []
+    ports: list[int] = []
+    lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
+    try:
+        for i in range(n):
+            proc, port = start_contributor()
+            procs.append(proc)
+            ports.append(port)
+            lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{port}/ok/20/c{i}"', ""]
+    except BaseException:
+        for proc in procs:
+            stop(proc)  # the caller never saw them
+        raise
+    config = folder / "bench.toml"
+    config.write_text("\n".join(lines))
+    return procs, ports, config
+
+
 def inline_request(turn: int | None = None) -> bytes:
     """The 128-block inline prepare; with ``turn``, entry 0 names that turn, so each turn's blocks
     are new to the assembly memo (a repeated turn is a memo hit)."""
@@ -241,20 +264,8 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="ca-bench-"))
     try:
         svc_port = free_port()
-        lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
-        contrib_ports: list[int] = []
-        contributors: list[subprocess.Popen[bytes]] = []
-        for i in range(8):
-            contributor, contrib_port = start_contributor()
-            procs.append(contributor)
-            contributors.append(contributor)
-            contrib_ports.append(contrib_port)
-            lines += [
-                f"[contributors.c{i}]",
-                f'url = "http://127.0.0.1:{contrib_port}/ok/20/c{i}"',
-                "",
-            ]
-        (folder / "bench.toml").write_text("\n".join(lines))
+        contributors, contrib_ports, config = start_contributors(folder)
+        procs += contributors
         service = start(
             [
                 str(BIN / "context-assembly"),
@@ -262,7 +273,7 @@ def main() -> None:
                 "--port",
                 str(svc_port),
                 "--config",
-                str(folder / "bench.toml"),
+                str(config),
             ],
             svc_port,
             "/healthz",

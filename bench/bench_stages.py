@@ -112,12 +112,8 @@ def run(n16: int, n1: int) -> None:
     procs = []
     folder = Path(tempfile.mkdtemp(prefix="ca-stages-"))
     try:
-        lines = ["[store]", f'path = "{folder / "bench.db"}"', ""]
-        for i in range(8):
-            contributor, port = svc.start_contributor()
-            procs.append(contributor)
-            lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{port}/ok/20/c{i}"', ""]
-        (folder / "bench.toml").write_text("\n".join(lines))
+        contributors, _, config = svc.start_contributors(folder)
+        procs += contributors
         print(f"timer cost ~{timer_overhead_us():.2f} µs per timed call (included below)")
         body = svc.fanout_request(8)
         for concurrency, total in ((16, n16), (1, n1)):
@@ -125,7 +121,7 @@ def run(n16: int, n1: int) -> None:
             out = folder / f"stages-{concurrency}.json"
             service = svc.start(
                 [sys.executable, str(Path(__file__).resolve()), "--serve-with-timers", "serve", "--port", str(port),
-                 "--config", str(folder / "bench.toml")],
+                 "--config", str(config)],
                 port,
                 "/healthz",
                 env={OUT_ENV: str(out)},
