@@ -9,7 +9,6 @@ Run: ``make bench`` or ``.venv/bin/python bench/bench_load.py``.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import tempfile
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import redis
-from bench_service import BIN, free_port, load, pct, start, start_contributor, stop
+from bench_service import BIN, free_port, load, pct, run, start, start_contributor, stop
 
 REQUESTS = {1: 150, 16: 600, 64: 900}
 
@@ -79,10 +78,10 @@ def main() -> None:
             )
             url = f"http://127.0.0.1:{port}/v1/prepare"
             try:
-                asyncio.run(load(url, body, 8, 80))  # warm every worker
+                run(load(url, body, 8, 80))  # warm every worker
                 for concurrency, total in REQUESTS.items():
                     started = time.perf_counter()
-                    latencies, errors = asyncio.run(load(url, body, concurrency, total))
+                    latencies, errors = run(load(url, body, concurrency, total))
                     elapsed = time.perf_counter() - started
                     print(
                         f"{workers:>7} {concurrency:>4} {total:>5} {total / elapsed:>7.0f} "

@@ -35,13 +35,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
+import httptools
 import orjson
+import uvloop
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop, as the service and the contributors run (and as the baseline ran
+    its fan-out client)."""
+    return uvloop.run(coro)
 
 
 def free_port() -> int:
@@ -150,10 +162,104 @@ def fanout_request(n: int) -> bytes:
     )
 
 
+class _Exchange(asyncio.Protocol):
+    """One keep-alive connection of the load client: writes a prepared request, parses the answer
+    with httptools (the framing the service's own contributor client trusts) and resolves
+    ``answered`` with the status once the whole body is in."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answered: asyncio.Future[int] | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as err:
+            self._fail(ConnectionError(f"unparseable answer: {err}"))
+
+    def on_message_complete(self) -> None:
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_result(self.parser.get_status_code())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(ConnectionError("connection closed"))
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def _fail(self, err: Exception) -> None:
+        if self.answered is not None and not self.answered.done():
+            self.answered.set_exception(err)
+
+
 async def load(
     url: str, body: bytes | list[bytes], concurrency: int, total: int
 ) -> tuple[list[float], int]:
-    """``total`` POSTs of ``body`` (or of each of ``body`` in turn) from ``concurrency`` workers."""
+    """``total`` POSTs of ``body`` (or of each of ``body`` in turn) from ``concurrency`` workers,
+    each on its own keep-alive connection; a non-200 answer, a closed connection or 30 s without
+    an answer counts as an error (and the next request opens a new connection).
+
+    The load client is lean on purpose, as wrk is in the baseline (perf-baseline.md §3): each
+    request is written from bytes prepared once and its answer framed by httptools, on uvloop.
+    aiohttp as the load client adds its own CPU to every latency (~0.7 ms at c=1 on the project
+    machine, measured beside this client: ``load_aiohttp``), which is the client's time, not the
+    service's; at c=16 it also takes CPU from the service on the shared cores.
+    """
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    head = (
+        f"POST {parts.path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
+    )
+    bodies = body if isinstance(body, list) else [body]
+    requests = [f"{head}content-length: {len(b)}\r\n\r\n".encode() + b for b in bodies]
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors = 0
+    remaining = total
+
+    async def worker() -> None:
+        nonlocal remaining, errors
+        conn: _Exchange | None = None
+        try:
+            while remaining > 0:
+                remaining -= 1
+                request = requests[remaining % len(requests)]
+                started = time.perf_counter()
+                try:
+                    if conn is None or conn.lost.done():
+                        _, conn = await loop.create_connection(_Exchange, host, port)
+                    assert conn.transport is not None
+                    conn.answered = loop.create_future()
+                    conn.transport.write(request)
+                    async with asyncio.timeout(30):
+                        status = await conn.answered
+                    if status != 200:
+                        errors += 1
+                    if not conn.parser.should_keep_alive():
+                        conn.transport.close()
+                        conn = None
+                except (OSError, TimeoutError):
+                    errors += 1  # a failed request is an error, not a crash of the benchmark
+                    if conn is not None and conn.transport is not None:
+                        conn.transport.close()
+                    conn = None
+                latencies.append(time.perf_counter() - started)
+        finally:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, errors
+
+
+async def load_aiohttp(
+    url: str, body: bytes | list[bytes], concurrency: int, total: int
+) -> tuple[list[float], int]:
+    """``load`` through an aiohttp session (the load client of earlier runs), for comparison."""
     bodies = body if isinstance(body, list) else [body]
     latencies: list[float] = []
     errors = 0
@@ -178,7 +284,7 @@ async def load(
                         if resp.status != 200:
                             errors += 1
                 except (aiohttp.ClientError, TimeoutError):
-                    errors += 1  # a failed request is an error, not a crash of the benchmark
+                    errors += 1
                 latencies.append(time.perf_counter() - started)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -305,14 +411,16 @@ def main() -> None:
 
         body = inline_request()
         print(f"inline prepare: 128 blocks, request body {len(body)} bytes")
-        asyncio.run(load(svc, body, 1, 50))
-        asyncio.run(load(echo, body, 1, 50))
-        prep, base, cpu = [], [], 0.0
+        run(load(svc, body, 1, 50))
+        run(load(echo, body, 1, 50))
+        prep, base, cpu, prep_aio, base_aio = [], [], 0.0, [], []
         for _ in range(5):  # interleaved rounds
             before = cpu_seconds(service.pid)
-            prep += asyncio.run(load(svc, body, 1, 100))[0]
+            prep += run(load(svc, body, 1, 100))[0]
             cpu += cpu_seconds(service.pid) - before
-            base += asyncio.run(load(echo, body, 1, 100))[0]
+            base += run(load(echo, body, 1, 100))[0]
+            prep_aio += run(load_aiohttp(svc, body, 1, 100))[0]
+            base_aio += run(load_aiohttp(echo, body, 1, 100))[0]
         print(
             f"  prepare      p50 {pct(prep, 0.5):6.2f} ms  p99 {pct(prep, 0.99):6.2f} ms"
             f"  service CPU {cpu / len(prep) * 1000:5.2f} ms per prepare"
@@ -321,17 +429,22 @@ def main() -> None:
         print(
             f"  ratio prepare/echo at p50: {statistics.median(prep) / statistics.median(base):.2f}x (target <= 1.5x)"
         )
+        print(
+            f"  through aiohttp as the load client: prepare p50 {pct(prep_aio, 0.5):6.2f} ms,"
+            f" echo p50 {pct(base_aio, 0.5):6.2f} ms,"
+            f" ratio {statistics.median(prep_aio) / statistics.median(base_aio):.2f}x"
+        )
         # The same request again and again is a repeated turn: the assembly memo serves it.
         # Here every request carries one new entry, so every turn is decided afresh (a miss).
         fresh = [inline_request(turn) for turn in range(1000)]
-        asyncio.run(load(svc, fresh[:50], 1, 50))
+        run(load(svc, fresh[:50], 1, 50))
         new, base, cpu = [], [], 0.0
         for round_ in range(5):
             chunk = fresh[50 + round_ * 100 : 150 + round_ * 100]
             before = cpu_seconds(service.pid)
-            new += asyncio.run(load(svc, chunk, 1, 100))[0]
+            new += run(load(svc, chunk, 1, 100))[0]
             cpu += cpu_seconds(service.pid) - before
-            base += asyncio.run(load(echo, body, 1, 100))[0]
+            base += run(load(echo, body, 1, 100))[0]
         print(
             f"  prepare, new blocks every turn (memo miss) p50 {pct(new, 0.5):6.2f} ms"
             f"  service CPU {cpu / len(new) * 1000:5.2f} ms per prepare"
@@ -343,17 +456,20 @@ def main() -> None:
 
         fan = fanout_request(8)
         print("fan-out prepare: 8 contributors answering in 20 ms")
-        asyncio.run(load(svc, fan, 4, 40))
+        run(load(svc, fan, 4, 40))
         urls = [f"http://127.0.0.1:{port}/ok/20/c{i}" for i, port in enumerate(contrib_ports)]
-        lat, client_floor, bare_floor, errors, cpu = [], [], [], 0, 0.0
+        lat, client_floor, bare_floor, errors, cpu, lat_aio = [], [], [], 0, 0.0, []
         for _ in range(5):  # interleaved rounds: the service, then the two floors
             before = cpu_seconds(service.pid)
-            round_lat, round_errors = asyncio.run(load(svc, fan, 1, 40))
+            round_lat, round_errors = run(load(svc, fan, 1, 40))
             cpu += cpu_seconds(service.pid) - before
             lat += round_lat
             errors += round_errors
-            client_floor += asyncio.run(floor_fanouts(urls, 40, "client"))
-            bare_floor += asyncio.run(floor_fanouts(urls, 40, "aiohttp"))
+            round_lat, round_errors = run(load_aiohttp(svc, fan, 1, 40))
+            lat_aio += round_lat
+            errors += round_errors
+            client_floor += run(floor_fanouts(urls, 40, "client"))
+            bare_floor += run(floor_fanouts(urls, 40, "aiohttp"))
         print(
             f"  c=1   n={len(lat)}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
             f"  service CPU {cpu / len(lat) * 1000:5.2f} ms per prepare"
@@ -363,10 +479,14 @@ def main() -> None:
             f" bare aiohttp p50 {pct(bare_floor, 0.5):6.2f} ms;"
             f" the service adds {pct(lat, 0.5) - pct(client_floor, 0.5):.2f} ms at p50"
         )
+        print(
+            f"  through aiohttp as the load client: p50 {pct(lat_aio, 0.5):6.2f} ms"
+            f"  p99 {pct(lat_aio, 0.99):6.2f} ms (its own CPU is in these)"
+        )
         # The first requests at c=16 open most of the 128 contributor connections (the pool holds
         # what c=4 and c=1 needed) and the load client's own: printed apart, not in the figures of
         # the steady state below, which is what a running service sees.
-        lat, errors = asyncio.run(load(svc, fan, 16, 160))
+        lat, errors = run(load(svc, fan, 16, 160))
         print(
             f"  c=16  n=160  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
             "  (warm-up: the contributor connection pool grows to 128)"
@@ -375,7 +495,7 @@ def main() -> None:
         before_contributors = sum(cpu_seconds(proc.pid) for proc in contributors)
         before_client = time.process_time()
         before_busy, before_total = machine_busy_seconds()
-        lat, errors = asyncio.run(load(svc, fan, 16, 800))
+        lat, errors = run(load(svc, fan, 16, 800))
         busy, total = machine_busy_seconds()
         cpu = cpu_seconds(service.pid) - before
         per = 1000 / len(lat)

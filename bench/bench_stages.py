@@ -22,7 +22,6 @@ Run: ``.venv/bin/python bench/bench_stages.py [--n16 3000] [--n1 300]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import os
@@ -128,11 +127,11 @@ def run(n16: int, n1: int) -> None:
             )  # fmt: skip
             url = f"http://127.0.0.1:{port}/v1/prepare"
             try:
-                asyncio.run(svc.load(url, body, 16, 480))  # connections, caches, the memo
+                svc.run(svc.load(url, body, 16, 480))  # connections, caches, the memo
                 service.send_signal(signal.SIGUSR1)
                 time.sleep(0.2)
                 before = svc.cpu_seconds(service.pid)
-                latencies, errors = asyncio.run(svc.load(url, body, concurrency, total))
+                latencies, errors = svc.run(svc.load(url, body, concurrency, total))
                 cpu_us = (svc.cpu_seconds(service.pid) - before) / len(latencies) * 1e6
             finally:
                 svc.stop(service)

@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from context_assembly.afterwards import Afterwards
 from context_assembly.core.result import PrepareResponse
 
 _LATENCY_BUCKETS = (
@@ -42,9 +43,11 @@ def _child(cache: dict[tuple[str, str], Any], family: Any, key: tuple[str, str])
 
 
 class Metrics:
-    """The service's metric families."""
+    """The service's metric families, and the queue of the observations made after an answer
+    (``later``: ``afterwards.py``), which ``render`` runs first."""
 
     def __init__(self) -> None:
+        self.later = Afterwards()
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "context_assembly_requests_total",
@@ -98,4 +101,5 @@ class Metrics:
                 child.observe(source.duration_ms / 1000.0)
 
     def render(self) -> bytes:
+        self.later.run_pending()
         return generate_latest(self.registry)

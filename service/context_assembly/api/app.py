@@ -116,6 +116,7 @@ def create_app(
             yield
         finally:
             gc.set_threshold(*thresholds)  # first: a failing close below must not skip it
+            metrics.later.run_pending()  # the last requests' observations and access lines
             purge.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await purge

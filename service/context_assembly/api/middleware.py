@@ -19,7 +19,8 @@ REQUEST_ID = "x-request-id"
 
 
 class RequestContext:
-    """Binds a request id (the caller's ``X-Request-Id`` or a new one), echoes it, logs one line."""
+    """Binds a request id (the caller's ``X-Request-Id`` or a new one), echoes it, counts the
+    request and logs one line for it (both a moment after the answer: ``afterwards.py``)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -46,17 +47,30 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            route: Any = scope.get("route")
-            path = getattr(route, "path", "unmatched")
-            self.metrics.requests.labels(path, str(status["code"])).inc()
-            log.info(
-                "request",
-                method=scope["method"],
-                route=path,
-                status=status["code"],
-                duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            )
             structlog.contextvars.unbind_contextvars("request_id")
+            route: Any = scope.get("route")
+            self.metrics.later.defer(
+                self._account,
+                scope["method"],
+                getattr(route, "path", "unmatched"),
+                status["code"],
+                round((time.perf_counter() - started) * 1000, 3),
+                request_id,
+            )
+
+    def _account(
+        self, method: str, path: str, status: int, duration_ms: float, request_id: str
+    ) -> None:
+        """The request's counter and access line, a moment after its answer (``afterwards.py``)."""
+        self.metrics.requests.labels(path, str(status)).inc()
+        log.info(
+            "request",
+            request_id=request_id,
+            method=method,
+            route=path,
+            status=status,
+            duration_ms=duration_ms,
+        )
 
 
 class BodyLimit:

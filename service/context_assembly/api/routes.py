@@ -11,7 +11,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
-from starlette.background import BackgroundTask
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.breakdown import render_html, render_text
@@ -76,15 +75,10 @@ def json_response(model: BaseModel) -> Response:
 
 
 def _answer(prepared: Prepared, metrics: Metrics, operation: str, seconds: float) -> Response:
-    """The prepared JSON as the answer; its metrics are recorded once the body is sent (they
-    are not the caller's to wait for)."""
-
-    async def observe() -> None:
-        metrics.observe_preparation(operation, seconds, prepared.response)
-
-    return Response(
-        prepared.body, media_type="application/json", background=BackgroundTask(observe)
-    )
+    """The prepared JSON as the answer; its metrics are recorded a moment later (they are not
+    the caller's to wait for, nor its next request's: ``afterwards.py``)."""
+    metrics.later.defer(metrics.observe_preparation, operation, seconds, prepared.response)
+    return Response(prepared.body, media_type="application/json")
 
 
 async def get_tenant(request: Request) -> str:

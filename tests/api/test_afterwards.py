@@ -1,0 +1,118 @@
+"""Bookkeeping after the answer (``afterwards.py``): deferred, in order, never lost.
+
+The metric observations and the access line of a request run a moment after its answer; these
+tests hold that they are pending when the answer is out, that ``/metrics`` and shutdown run them
+first, that one failure does not stop the rest, and that the access line keeps its request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+
+import pytest
+import structlog
+import structlog.testing
+from api_support import AppFactory, basic_request
+from prometheus_client.parser import text_string_to_metric_families
+
+from context_assembly import afterwards
+from context_assembly.afterwards import Afterwards
+from context_assembly.api import middleware
+
+MARK: contextvars.ContextVar[str] = contextvars.ContextVar("MARK", default="unset")
+
+
+def test_deferred_calls_run_later_on_the_loop_in_order() -> None:
+    ran: list[tuple[str, str]] = []
+
+    async def main() -> list[tuple[str, str]]:
+        later = Afterwards(delay=0.01)
+        MARK.set("request")
+        later.defer(lambda name: ran.append((name, MARK.get())), "first")
+        later.defer(lambda name: ran.append((name, MARK.get())), "second")
+        assert ran == [] and len(later) == 2  # nothing on the way out of the request
+        await asyncio.sleep(0.05)
+        return ran
+
+    # Run in order, and in an empty context: nothing of the deferring request leaks in.
+    assert asyncio.run(main()) == [("first", "unset"), ("second", "unset")]
+
+
+def test_run_pending_runs_everything_now_and_cancels_the_timer() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        later = Afterwards(delay=0.01)
+        for i in range(3):
+            later.defer(ran.append, i)
+        later.run_pending()
+        assert ran == [0, 1, 2] and len(later) == 0
+        await asyncio.sleep(0.05)  # the timer was cancelled: nothing runs twice
+
+    asyncio.run(main())
+    assert ran == [0, 1, 2]
+
+
+def test_without_a_running_loop_a_call_runs_at_once() -> None:
+    ran: list[str] = []
+    Afterwards().defer(ran.append, "now")
+    assert ran == ["now"]
+
+
+def test_a_failing_call_is_logged_and_the_rest_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured = structlog.testing.CapturingLogger()
+    monkeypatch.setattr(afterwards, "log", captured)
+    ran: list[str] = []
+
+    def boom() -> None:
+        raise RuntimeError("no")
+
+    async def main() -> None:
+        later = Afterwards()
+        later.defer(boom)
+        later.defer(ran.append, "after")
+        later.run_pending()
+
+    asyncio.run(main())
+    assert ran == ["after"]
+    assert [(c.method_name, c.args) for c in captured.calls] == [
+        ("exception", ("bookkeeping_failed",))
+    ]
+    assert captured.calls[0].kwargs["call"].endswith("boom")
+
+
+def _prepare_count(text: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "context_assembly_prepare_seconds_count":
+                return sample.value
+    return 0.0
+
+
+def test_a_prepare_is_answered_before_its_bookkeeping_and_metrics_show_it(
+    make_client: AppFactory,
+) -> None:
+    client = make_client()
+    metrics = client.app.state.metrics  # type: ignore[attr-defined]
+    metrics.later = Afterwards(delay=60.0)  # long enough to look before it runs
+    assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+    # The observation and the access line (with its request counter) are still pending ...
+    assert len(metrics.later) == 2
+    # ... and a scrape runs them first: the prepare it reports was answered before it.
+    assert _prepare_count(client.get("/metrics").text) == 1.0
+
+
+def test_the_access_line_keeps_its_request_id(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    captured = structlog.testing.CapturingLogger()
+    monkeypatch.setattr(middleware, "log", captured)
+    client = make_client()
+    metrics = client.app.state.metrics  # type: ignore[attr-defined]
+    response = client.get("/healthz", headers={"X-Request-Id": "rid-42"})
+    assert response.headers["x-request-id"] == "rid-42"
+    metrics.later.run_pending()
+    access = [c.kwargs for c in captured.calls if c.args == ("request",)]
+    assert access[-1]["request_id"] == "rid-42"
+    assert access[-1]["route"] == "/healthz" and access[-1]["status"] == 200
