@@ -19,6 +19,11 @@
 4. At c=16 the first 160 prepares are a warm-up, printed on their own line: they open most of
    the 128 contributor connections the steady state keeps (c=4 and c=1 before needed at most
    32). The c=16 figures that follow are the steady state of a running service.
+5. The load client (``load``) is lean, as wrk was in the baseline's HTTP figures
+   (perf-baseline.md §3): keep-alive connections, each request written from bytes prepared once,
+   its answer framed by httptools, on uvloop, like every process here. The inline and c=1
+   figures are also printed through an aiohttp session (``load_aiohttp``, the load client of
+   the sessions before 2026-12-04's fourth), whose own CPU is in its latencies.
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
