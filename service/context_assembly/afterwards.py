@@ -38,23 +38,27 @@ AFTER_SECONDS: Final = 0.002
 class Afterwards:
     """A queue of bookkeeping calls, run ``delay`` seconds after the first of them is deferred."""
 
-    __slots__ = ("_delay", "_handle", "_pending")
+    __slots__ = ("_delay", "_handle", "_loop", "_pending")
 
     def __init__(self, delay: float = AFTER_SECONDS) -> None:
         self._delay = delay
         self._pending: deque[tuple[Callable[..., object], tuple[Any, ...]]] = deque()
         self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop ``_handle`` is on
 
     def defer(self, fn: Callable[..., object], *args: Any) -> None:
         """Run ``fn(*args)`` a moment from now on the running loop (at once without one)."""
         self._pending.append((fn, args))
-        if self._handle is not None:
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.run_pending()
             return
+        if self._handle is not None and self._loop is loop:
+            return  # the timer already set runs this too
+        # No timer yet, or one on a loop that has gone (an app served again on a new loop, as
+        # tests do, without a shutdown in between): set one here.
+        self._loop = loop
         self._handle = loop.call_later(self._delay, self.run_pending, context=contextvars.Context())
 
     def run_pending(self) -> None:

@@ -54,6 +54,24 @@ def test_run_pending_runs_everything_now_and_cancels_the_timer() -> None:
     assert ran == [0, 1, 2]
 
 
+def test_a_timer_left_on_a_closed_loop_does_not_hold_back_the_next_loop() -> None:
+    ran: list[str] = []
+    later = Afterwards(delay=0.01)
+
+    async def defer(name: str) -> None:
+        later.defer(ran.append, name)
+
+    asyncio.run(defer("first"))  # the loop closes before its timer fires
+    assert ran == []
+
+    async def second() -> None:
+        later.defer(ran.append, "second")
+        await asyncio.sleep(0.05)
+
+    asyncio.run(second())
+    assert ran == ["first", "second"]
+
+
 def test_without_a_running_loop_a_call_runs_at_once() -> None:
     ran: list[str] = []
     Afterwards().defer(ran.append, "now")
