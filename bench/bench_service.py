@@ -23,7 +23,8 @@
    (perf-baseline.md §3): keep-alive connections, each request written from bytes prepared once,
    its answer framed by httptools, on uvloop, like every process here. The inline and c=1
    figures are also printed through an aiohttp session (``load_aiohttp``, the load client of
-   the sessions before 2026-12-04's fourth), whose own CPU is in its latencies.
+   the sessions before 2026-12-04's fourth, which ran it on asyncio's own loop), whose own CPU is
+   in its latencies. Every client of this process, the floors' too, now runs on uvloop.
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
