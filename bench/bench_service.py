@@ -211,9 +211,10 @@ async def load(
 
     The load client is lean on purpose, as wrk is in the baseline (perf-baseline.md §3): each
     request is written from bytes prepared once and its answer framed by httptools, on uvloop.
-    aiohttp as the load client adds its own CPU to every latency (~0.7 ms at c=1 on the project
-    machine, measured beside this client: ``load_aiohttp``), which is the client's time, not the
-    service's; at c=16 it also takes CPU from the service on the shared cores.
+    aiohttp as the load client adds its own CPU to every latency (0.56–1.02 ms at c=1 on the
+    project machine on asyncio's own loop, a median 0.18 ms on uvloop: ``load_aiohttp``, printed
+    beside this client's figures), which is the client's time, not the service's; at c=16 it also
+    takes CPU from the service on the shared cores.
     """
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
