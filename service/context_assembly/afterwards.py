@@ -59,13 +59,18 @@ class Afterwards:
         # No timer yet, or one on a loop that has gone (an app served again on a new loop, as
         # tests do, without a shutdown in between): set one here.
         self._loop = loop
-        self._handle = loop.call_later(self._delay, self.run_pending, context=contextvars.Context())
+        self._handle = loop.call_later(self._delay, self.run_pending)
 
     def run_pending(self) -> None:
-        """Run everything deferred so far, in order."""
+        """Run everything deferred so far, in order, in an empty ``contextvars`` context (also
+        when a request runs it: ``/metrics`` does)."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self._pending:
+            contextvars.Context().run(self._drain)
+
+    def _drain(self) -> None:
         pending = self._pending
         while pending:
             fn, args = pending.popleft()

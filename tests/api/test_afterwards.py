@@ -54,6 +54,19 @@ def test_run_pending_runs_everything_now_and_cancels_the_timer() -> None:
     assert ran == [0, 1, 2]
 
 
+def test_run_pending_from_a_request_runs_outside_its_context() -> None:
+    seen: list[str] = []
+    later = Afterwards(delay=60.0)
+
+    async def main() -> None:
+        later.defer(lambda: seen.append(MARK.get()))
+        MARK.set("the /metrics request")  # what a scrape that runs the queue has bound
+        later.run_pending()
+
+    asyncio.run(main())
+    assert seen == ["unset"]
+
+
 def test_a_timer_left_on_a_closed_loop_does_not_hold_back_the_next_loop() -> None:
     ran: list[str] = []
     later = Afterwards(delay=0.01)
