@@ -127,9 +127,9 @@ SHAPE_V2 = "shape2:sha256:"
 # Every field of a contribution but its blocks (which ``blocks_digest`` covers), in fixed order
 # (a test holds these to the model's fields).
 CONTRIBUTION_FIELDS = ("source", "revision", "instructions", "recovery_tool")
+_contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
 # The record's contributor list, dumped in one call (a ``model_dump`` each took ~2.5x as long).
 CONTRIBUTOR_REFS: Final = TypeAdapter(list[ContributorRef])
-_contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
 
 
 def _shape_exclude(request: PrepareRequest) -> set[str]:
