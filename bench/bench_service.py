@@ -177,7 +177,7 @@ class _Exchange(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.answered: asyncio.Future[int] | None = None
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.keep_alive = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -189,13 +189,13 @@ class _Exchange(asyncio.Protocol):
             self._fail(ConnectionError(f"unparseable answer: {err}"))
 
     def on_message_complete(self) -> None:
+        # Read here: the parser resets its flags once the message is complete.
+        self.keep_alive = self.parser.should_keep_alive()
         if self.answered is not None and not self.answered.done():
             self.answered.set_result(self.parser.get_status_code())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(ConnectionError("connection closed"))
-        if not self.lost.done():
-            self.lost.set_result(None)
 
     def _fail(self, err: Exception) -> None:
         if self.answered is not None and not self.answered.done():
@@ -227,9 +227,10 @@ async def load(
     latencies: list[float] = []
     errors = 0
     remaining = total
+    connections = 0
 
     async def worker() -> None:
-        nonlocal remaining, errors
+        nonlocal remaining, errors, connections
         conn: _Exchange | None = None
         try:
             while remaining > 0:
@@ -237,8 +238,9 @@ async def load(
                 request = requests[remaining % len(requests)]
                 started = time.perf_counter()
                 try:
-                    if conn is None or conn.lost.done():
+                    if conn is None or conn.transport is None or conn.transport.is_closing():
                         _, conn = await loop.create_connection(_Exchange, host, port)
+                        connections += 1
                     assert conn.transport is not None
                     conn.answered = loop.create_future()
                     conn.transport.write(request)
@@ -246,7 +248,7 @@ async def load(
                         status = await conn.answered
                     if status != 200:
                         errors += 1
-                    if not conn.parser.should_keep_alive():
+                    if not conn.keep_alive:
                         conn.transport.close()
                         conn = None
                 except (OSError, TimeoutError):
@@ -260,6 +262,8 @@ async def load(
                 conn.transport.close()
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
+    if connections > concurrency + errors:  # each worker's one, and one after each failure
+        raise RuntimeError(f"the load client opened {connections} connections: keep-alive failed")
     return latencies, errors
 
 
