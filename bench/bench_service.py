@@ -212,7 +212,7 @@ async def load(
     The load client is lean on purpose, as wrk is in the baseline (perf-baseline.md §3): each
     request is written from bytes prepared once and its answer framed by httptools, on uvloop.
     aiohttp as the load client adds its own CPU to every latency (0.56–1.02 ms at c=1 on the
-    project machine on asyncio's own loop, a median 0.18 ms on uvloop: ``load_aiohttp``, printed
+    project machine on asyncio's own loop, a median 0.55 ms on uvloop: ``load_aiohttp``, printed
     beside this client's figures), which is the client's time, not the service's; at c=16 it also
     takes CPU from the service on the shared cores.
     """
