@@ -15,7 +15,11 @@ service's CPU per prepare (``/proc`` schedstat, all threads). Each service has i
 The base runs on this virtualenv's packages: a revision that needs other dependencies is not
 comparable this way.
 
+``--workload inline`` compares the 128-block inline prepare of ``bench_service.py`` (a repeated
+turn, no contributor called) instead of the fan-out.
+
     .venv/bin/python bench/bench_ab.py --base HEAD~1 [--rounds 6] [--concurrency 1,16]
+        [--workload fanout|inline]
 """
 
 from __future__ import annotations
@@ -78,6 +82,12 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the revision to compare with (A)")
     parser.add_argument("--rounds", type=int, default=6, help="a multiple of 6 balances the orders")
     parser.add_argument("--concurrency", default="1,16", help="comma-separated: 1 and/or 16")
+    parser.add_argument(
+        "--workload",
+        choices=("fanout", "inline"),
+        default="fanout",
+        help="the fan-out prepare to 8 contributors, or the 128-block inline prepare",
+    )
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
     if any(level not in REQUESTS for level in levels):
@@ -97,7 +107,7 @@ def main() -> None:
         ]
         procs += [service.proc for service in services]
         orders = list(itertools.permutations(services))
-        body = svc.fanout_request(8)
+        body = svc.fanout_request(8) if args.workload == "fanout" else svc.inline_request()
         for service in services:  # connections, caches, the memo
             svc.run(svc.load(service.url, body, 16, 480))
             svc.run(svc.load(service.url, body, 1, 50))

@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+import httpx
+import orjson
 import pytest
 import structlog
 import structlog.testing
 from api_support import AppFactory, basic_request
+from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from context_assembly import afterwards
 from context_assembly.afterwards import Afterwards
 from context_assembly.api import middleware
+from context_assembly.api.app import create_app
+from context_assembly.config import load_settings
 
 MARK: contextvars.ContextVar[str] = contextvars.ContextVar("MARK", default="unset")
 
@@ -121,17 +129,112 @@ def _prepare_count(text: str) -> float:
     return 0.0
 
 
-def test_a_prepare_is_answered_before_its_bookkeeping_and_metrics_show_it(
+def _with_a_contributor(make_client: AppFactory) -> tuple[TestClient, dict[str, Any]]:
+    """A client whose prepare calls one registered contributor (it waits on another service)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]})
+
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={"hook": {"url": "http://contributor.test/hook"}},
+    )
+    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    return client, body
+
+
+def test_a_prepare_that_waited_leaves_its_bookkeeping_to_the_timer_and_metrics_show_it(
     make_client: AppFactory,
 ) -> None:
-    client = make_client()
+    client, body = _with_a_contributor(make_client)
     metrics = client.app.state.metrics  # type: ignore[attr-defined]
     metrics.later = Afterwards(delay=60.0)  # long enough to look before it runs
-    assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+    assert client.post("/v1/prepare", json=body).status_code == 200
     # The observation and the access line (with its request counter) are still pending ...
     assert len(metrics.later) == 2
     # ... and a scrape runs them first: the prepare it reports was answered before it.
     assert _prepare_count(client.get("/metrics").text) == 1.0
+
+
+async def _call(app: Any, body: bytes, on_body: Callable[[], None]) -> int:
+    """One POST /v1/prepare through the ASGI app; ``on_body`` runs as the answer's body is sent."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop() if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body" and not message.get("more_body"):
+            on_body()
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/prepare", "raw_path": b"/v1/prepare", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "state": {},
+        "headers": [(b"content-type", b"application/json")],
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return status
+
+
+def test_a_prepare_that_waited_on_nothing_has_its_bookkeeping_run_right_after_its_answer(
+    tmp_path: Path,
+) -> None:
+    app = create_app(load_settings(store={"path": str(tmp_path / "db.db")}))
+    metrics = app.state.metrics
+    metrics.later = Afterwards(delay=60.0)  # the timer would not run it within this test
+    at_answer: list[int] = []
+
+    async def main() -> tuple[int, int]:
+        async with app.router.lifespan_context(app):
+            body = orjson.dumps(basic_request())
+            status = await _call(app, body, lambda: at_answer.append(len(metrics.later)))
+            after_return = len(metrics.later)
+            await asyncio.sleep(0)  # the loop's next turn
+            return status, after_return
+
+    status, after_return = asyncio.run(main())
+    assert status == 200
+    # Not on the way out: the observation was pending as the body went out, the access line was
+    # added after it, and both ran at the loop's next turn, not at the 60 s timer.
+    assert at_answer == [1] and after_return == 2
+    assert len(metrics.later) == 0
+    assert _prepare_count(metrics.render().decode()) == 1.0
+
+
+def test_a_request_forgets_its_wait_mark_and_does_not_leak_it_to_the_next() -> None:
+    async def main() -> list[bool]:
+        seen = []
+        token = afterwards.begin_request()
+        afterwards.note_wait()
+        seen.append(afterwards.end_request(token))
+        token = afterwards.begin_request()
+        seen.append(afterwards.end_request(token))
+        return seen
+
+    assert asyncio.run(main()) == [True, False]
+
+
+def test_soon_replaces_the_timer_and_runs_once() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        later = Afterwards(delay=0.01)
+        later.defer(ran.append, 1)
+        later.soon()
+        later.soon()  # already set: nothing more
+        later.defer(ran.append, 2)  # joins the turn already set
+        await asyncio.sleep(0)
+        assert ran == [1, 2]
+        await asyncio.sleep(0.05)  # the timer was cancelled: nothing runs twice
+
+    asyncio.run(main())
+    assert ran == [1, 2]
 
 
 def test_the_access_line_keeps_its_request_id(

@@ -10,6 +10,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from context_assembly.afterwards import begin_request, end_request
 from context_assembly.api.problems import problem_response
 from context_assembly.errors import PayloadTooLargeError
 from context_assembly.metrics import Metrics
@@ -20,7 +21,8 @@ REQUEST_ID = "x-request-id"
 
 class RequestContext:
     """Binds a request id (the caller's ``X-Request-Id`` or a new one), echoes it, counts the
-    request and logs one line for it (both a moment after the answer: ``afterwards.py``)."""
+    request and logs one line for it (both after the answer: ``afterwards.py``, which also says
+    when)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -44,12 +46,14 @@ class RequestContext:
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        waiting = begin_request()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             structlog.contextvars.unbind_contextvars("request_id")
             route: Any = scope.get("route")
-            self.metrics.later.defer(
+            later = self.metrics.later
+            later.defer(
                 self._account,
                 scope["method"],
                 getattr(route, "path", "unmatched"),
@@ -57,6 +61,8 @@ class RequestContext:
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
             )
+            if not end_request(waiting):
+                later.soon()  # it offered no wait to run in: right after its answer
 
     def _account(
         self, method: str, path: str, status: int, duration_ms: float, request_id: str
