@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
-from context_assembly.core.request import AssemblyOptions
+from context_assembly.core.counting import block_piece, piece_object
+from context_assembly.core.request import AssemblyOptions, Block
 from context_assembly.core.select import (
     CostPlan,
     Selection,
     cost_plan,
+    data_message,
     protected_demand,
     rank_key,
     select,
@@ -215,3 +218,72 @@ def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: object)
         return demand, result
 
     assert outcome(True) == outcome(False)
+
+
+def test_the_envelope_of_the_data_message_does_not_count_against_a_source_limit() -> None:
+    """A source limit counts the source's own segment (its wrapper included), never the data
+    message's envelope: the smallest limit that admits a source's block is the same whether the
+    block enters first or after another source's (found by the removal property above: the block
+    was omitted as ``source_budget`` when it entered first, selected when it did not)."""
+    mem = SourceBlocks("mem", (Block(id="b0", text="alpha beta", priority=100),))
+    notes = SourceBlocks("notes", (Block(id="n0", text="gamma", priority=200),))
+
+    def smallest_limit(groups: tuple[SourceBlocks, ...]) -> int:
+        for limit in range(1, 200):
+            scenario = Scenario(
+                sources=tuple(g.source for g in groups),
+                groups=groups,
+                data_limit=1000,
+                max_data_tokens=1000,
+                source_limits={"mem": limit},
+            )
+            _, result = _run(scenario)
+            decision = result.decisions["mem/b0"]
+            if decision.status == "selected":
+                assert decision.reason == "fits"
+                assert result.source_tokens["mem"] <= limit
+                return limit
+            assert decision.reason == "source_budget"
+        raise AssertionError("no limit admitted the block")
+
+    assert smallest_limit((mem,)) == smallest_limit((notes, mem))
+
+
+@PROPERTY
+@given(scenarios(), st.data())
+def test_the_data_message_holds_each_block_as_its_piece_object(
+    scenario: Scenario, data: st.DataObject
+) -> None:
+    """``data_message`` builds each block's object inline; it must be ``piece_object``'s, so that
+    a block's counted piece (``block_piece``) is exactly its text in the message."""
+    segments = [
+        (
+            group.source,
+            [
+                (block, block.projection is not None and data.draw(st.booleans()))
+                for block in group.blocks
+            ],
+        )
+        for group in scenario.groups
+    ]
+    expected = {
+        "context_data": [
+            {
+                "source": source,
+                "blocks": [
+                    piece_object(block.id, block.projection, True)
+                    if projected and block.projection is not None
+                    else piece_object(block.id, block.text, False)
+                    for block, projected in pieces
+                ],
+            }
+            for source, pieces in segments
+        ]
+    }
+    content = data_message(segments)
+    assert orjson.loads(content) == expected
+    assert content == orjson.dumps(expected).decode()
+    for _, pieces in segments:
+        for block, projected in pieces:
+            text = block.projection if projected and block.projection is not None else block.text
+            assert block_piece(block.id, text, projected) in content
