@@ -1,4 +1,5 @@
-"""Free-form JSON the service could not encode again is a named 422, never a 500.
+"""Free-form JSON the service could not encode again is a named 422, never a 500; so is a typed
+integer beyond 64 bits (a revision, a block's priority).
 
 Tool schemas, tool-call arguments, opaque parts, whiteboard values, repair schemas and usage
 objects are carried as given; the service serialises them again to count, hash, render and
@@ -94,3 +95,52 @@ def test_repair_schema_and_usage_object_name_the_field(make_client: AppFactory) 
     )
     assert usage.status_code == 422, usage.text
     assert "usage" in usage.json()["detail"]
+
+
+def _contribution(revision: int, priority: int = 0) -> dict[str, Any]:
+    return _prepare(
+        plugins=[{"name": "memory"}],
+        contributions=[
+            {
+                "source": "memory",
+                "revision": revision,
+                "blocks": [{"id": "a", "text": "t", "priority": priority}],
+            }
+        ],
+    )
+
+
+TYPED_CASES = [
+    ("contributions.0.revision", _contribution(BIG)),
+    ("contributions.0.revision", _contribution(-(2**63) - 1)),
+    ("contributions.0.blocks.0.priority", _contribution(1, priority=BIG)),
+    ("contributions.0.blocks.0.priority", _contribution(1, priority=-BIG)),
+]
+
+
+@pytest.mark.parametrize(("field", "body"), TYPED_CASES)
+def test_a_typed_integer_beyond_64_bits_is_a_named_422(
+    make_client: AppFactory, field: str, body: dict[str, Any]
+) -> None:
+    """Found by a longer fuzz run: the revision went into the record and the priority into the
+    blocks' digest, and orjson refused both (500)."""
+    client = make_client()
+    for path in ("/v1/prepare", "/v1/budget"):
+        response = client.post(path, json=body)
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["code"] == "CONTEXT_ASSEMBLY_INVALID"
+        assert problem["detail"].startswith(f"invalid request: {field}: ")
+        assert str(abs(BIG)) not in response.text
+
+
+def test_a_64_bit_revision_prepares_and_a_64_bit_priority_meets_the_block_rule(
+    make_client: AppFactory,
+) -> None:
+    client = make_client()
+    for revision in (2**63 - 1, -(2**63)):
+        response = client.post("/v1/prepare", json=_contribution(revision))
+        assert response.status_code == 200, response.text
+    response = client.post("/v1/prepare", json=_contribution(1, priority=2**63 - 1))
+    assert response.status_code == 422
+    assert "priority" in response.json()["detail"] and "-1000..1000" in response.json()["detail"]

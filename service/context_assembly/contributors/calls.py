@@ -23,7 +23,6 @@ time left to send). A ``cause`` says what happened without quoting the body.
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 import socket
 import ssl
@@ -46,7 +45,14 @@ from context_assembly.contributors.signing import (
 )
 from context_assembly.contributors.ssrf import CheckedTarget
 from context_assembly.contributors.wire import Started, WireClient, WireError
-from context_assembly.core.request import Block, Frozen, Message, Revision, Scope
+from context_assembly.core.request import (
+    Block,
+    Frozen,
+    Message,
+    Revision,
+    Scope,
+    finite_revision,
+)
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 
 TIMEOUT_HEADER = "X-Contributor-Timeout-Ms"
@@ -122,13 +128,6 @@ class PacketFields:
     attempt: int = 1
 
 
-def _finite_revision(value: Revision) -> Revision:
-    # orjson already refuses NaN and Infinity; this keeps the rule explicit for any other path.
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError("revision must be a finite number or a string")
-    return value
-
-
 class ContributorAnswer(Frozen):
     """A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
     them (the request-wide block rules of SPEC §5.1 run later, over every source, in the core).
@@ -137,7 +136,7 @@ class ContributorAnswer(Frozen):
     revision: Revision
     blocks: list[Block]
 
-    _revision_finite = field_validator("revision")(_finite_revision)
+    _revision_finite = field_validator("revision")(finite_revision)
 
 
 class RevisionAnswer(BaseModel):
@@ -147,7 +146,7 @@ class RevisionAnswer(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
     revision: Revision
 
-    _revision_finite = field_validator("revision")(_finite_revision)
+    _revision_finite = field_validator("revision")(finite_revision)
 
 
 # --------------------------------------------------------------------------- one exchange

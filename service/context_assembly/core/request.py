@@ -8,7 +8,7 @@ so that their errors can name the offending ``source/id``.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import orjson
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -110,10 +111,18 @@ class Plugin(Frozen):
 
 Revision = StrictStr | StrictInt | StrictFloat
 
+# The integers the service keeps and serialises (orjson: records, hashes, answers) must fit in
+# 64 bits; a larger one would fail there, as a 500. Signed, as most JSON parsers keep them exactly.
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
 
-def _finite_revision(value: Revision) -> Revision:
+
+def finite_revision(value: Revision) -> Revision:
+    """A revision is a string, a finite number, or an integer within 64 bits (signed)."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("revision must be a finite number or a string")
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"an integer revision must be within {INT64_MIN}..{INT64_MAX}")
     return value
 
 
@@ -122,7 +131,12 @@ class Block(Frozen):
 
     id: StrictStr
     text: StrictStr
-    priority: StrictInt = 0
+    # Within 64 bits here, so that any block can be hashed; the range SPEC §5.1 allows
+    # (-1000..1000) is a block rule (``blocks.py``), reported with the block's id. The schema
+    # stays a plain integer (OpenAPI's bounds are floats, which cannot say 2**63 - 1).
+    priority: Annotated[
+        StrictInt, Field(ge=INT64_MIN, le=INT64_MAX), WithJsonSchema({"type": "integer"})
+    ] = 0
     protected: StrictBool = False
     dependencies: list[StrictStr] = Field(default_factory=list)
     expires_at: StrictStr | None = None
@@ -155,7 +169,7 @@ class Contribution(Frozen):
     instructions: StrictStr | None = None
     recovery_tool: StrictStr | None = None
 
-    _revision_finite = field_validator("revision")(_finite_revision)
+    _revision_finite = field_validator("revision")(finite_revision)
 
 
 class WhiteboardEntry(Frozen):
