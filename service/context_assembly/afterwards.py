@@ -14,10 +14,11 @@ bookkeeping to the timer, ``AFTER_SECONDS`` later; a request that waited on noth
 the loop's next turn after its answer is written (``soon``). Why the two: the next request of a
 caller that waits on contributors will itself wait, and the timer falls in that wait; a request
 answered from CPU work alone offers no such wait, and there the timer fell inside a later request,
-on cold caches. Measured on the project machine (interleaved A/B, 12 rounds, c=1): run soon, the
-inline 128-block prepare's p50 was 0.896x the timer's (a second copy of the timer's: 0.988x)
-and its CPU 0.91 against 0.99 ms; the fan-out prepare's p50 was 1.009x (control 1.000x), which is
-why a request that waited keeps the timer.
+on cold caches. Measured on the project machine (interleaved A/Bs of 12 rounds at c=1, each with
+a second copy of the old code as the control): with this rule the inline 128-block prepare's p50
+was 0.947x and 0.984x the timer-only code's (controls 1.012x and 0.994x); run soon for every
+request, the fan-out prepare's p50 was 1.009x (control 1.000x), which is why a request that
+waited keeps the timer.
 
 Pending work runs in the order it was deferred, and ``run_pending`` runs it at once: ``/metrics``
 calls it before rendering, so a scrape counts every request answered before it, and the lifespan at
@@ -68,7 +69,8 @@ def end_request(token: contextvars.Token[bool]) -> bool:
 
 
 class Afterwards:
-    """A queue of bookkeeping calls, run ``delay`` seconds after the first of them is deferred."""
+    """A queue of bookkeeping calls, run ``delay`` seconds after the first of them is deferred, or
+    at the loop's next turn once ``soon`` is asked for."""
 
     __slots__ = ("_delay", "_handle", "_loop", "_pending", "_soon")
 
