@@ -15,7 +15,6 @@ import asyncio
 import hashlib
 import json
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -61,6 +60,10 @@ def fuzz_settings(max_examples: int) -> settings:
 # --------------------------------------------------------------------------- strategies
 
 texts = st.one_of(st.text(max_size=12), st.just(MARKER))
+# Block ids and dependency references never hold the marker: a block rule names the offending
+# block and dependency by id (ids may go into answers and logs, SPEC §10), as it does for inline
+# blocks; every other place of the body may hold it, and no cause may quote it.
+ids = st.text(max_size=12)
 scalars = st.one_of(
     st.none(),
     st.booleans(),
@@ -77,11 +80,11 @@ json_values = st.recursive(
     max_leaves=12,
 )
 block_like = st.fixed_dictionaries(
-    {"id": st.one_of(texts, json_values), "text": st.one_of(texts, json_values)},
+    {"id": st.one_of(ids, json_values), "text": st.one_of(texts, json_values)},
     optional={
         "priority": st.one_of(st.integers(-2000, 2000), json_values),
         "protected": st.one_of(st.booleans(), json_values),
-        "dependencies": st.one_of(st.lists(texts, max_size=3), json_values),
+        "dependencies": st.one_of(st.lists(ids, max_size=3), json_values),
         "expires_at": st.sampled_from([None, "2099-01-01T00:00:00Z", "yesterday", "2000-01-01"]),
         "projection": st.one_of(st.none(), texts),
         MARKER: json_values,  # an unknown member whose name is body text
@@ -409,11 +412,11 @@ def _prepare_body(endpoint: str) -> dict[str, Any]:
 
 
 @fuzz_settings(150)
-@example(  # found by a longer run: the marker as a duplicated block id, named by the block rule
+@example(  # a block rule names the duplicated id, never the text
     reply=Reply(
         200,
-        b'{"revision": "", "blocks": [{"id": "%s", "text": "%s"}, {"id": "%s", "text": ""}]}'
-        % (MARKER.encode(), MARKER.encode(), MARKER.encode()),
+        b'{"revision": "", "blocks": [{"id": "d", "text": "%s"}, {"id": "d", "text": ""}]}'
+        % MARKER.encode(),
         JSON_TYPE,
     ),
     policy="fail",
@@ -447,9 +450,7 @@ def test_fuzz_prepare_survives_any_contributor_answer(
     assert problem["status"] == response.status_code
     if problem["code"] in {"CONTRIBUTOR_FAILED", "CONTEXT_ASSEMBLY_TIMEOUT"}:
         assert policy == "fail"
-        # The cause describes the answer, never quotes it; it may name an offending block by
-        # its qualified id, as every block rule does (ids may go into answers and logs, SPEC §10).
-        assert MARKER not in re.sub(r"'docs/[^']*'", "", response.text)
+        assert MARKER not in response.text  # the cause describes the answer, never quotes it
         assert [c["source"] for c in problem["contributors"]] == ["docs"]
         assert problem["contributors"][0]["status"] in KNOWN_STATUSES - {"ok"}
     assert not reply.valid, f"a clean valid answer must prepare: {problem}"
