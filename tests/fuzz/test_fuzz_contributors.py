@@ -454,3 +454,48 @@ def test_fuzz_prepare_survives_any_contributor_answer(
         assert [c["source"] for c in problem["contributors"]] == ["docs"]
         assert problem["contributors"][0]["status"] in KNOWN_STATUSES - {"ok"}
     assert not reply.valid, f"a clean valid answer must prepare: {problem}"
+
+
+VALID_ANSWER = Reply(200, b'{"revision": "r1", "blocks": [{"id": "a", "text": "fact"}]}', JSON_TYPE)
+
+
+@fuzz_settings(100)
+@example(reply=BIG_REVISION, policy="fail", edit=True)
+@given(reply=replies(), policy=st.sampled_from(["omit", "fail"]), edit=st.booleans())
+def test_fuzz_validate_and_refresh_survive_any_contributor_answer(
+    service: tuple[TestClient, Switchboard], reply: Reply, policy: str, edit: bool
+) -> None:
+    """After a clean prepare, the contributor answers anything to validate's revision query and
+    to the refresh's call: validate answers 200 or 409 with known reasons (an answer it cannot
+    read is ``revision_unavailable``), refresh 200 or a problem with a known code; never a 500,
+    and no cause quotes the answer."""
+    client, board = service
+    board.reply = VALID_ANSWER
+    body = _prepare_body(f"{policy}_hook")
+    prepared = client.post("/v1/prepare", json=body)
+    assert prepared.status_code == 200, prepared.text
+    prep = prepared.json()
+    base = f"/v1/preparations/{prep['preparation_id']}"
+    board.reply = reply
+    frame = {"messages": prep["frame"]["messages"], "tools": prep["frame"]["tools"]}
+    validate = client.post(f"{base}/validate", json={"model": "gpt-4o-mini", "frame": frame})
+    assert validate.status_code in (200, 409), validate.text
+    if validate.status_code == 409:
+        assert validate.headers["content-type"] == "application/problem+json"
+        reasons = validate.json()["reasons"]
+        assert set(reasons) <= {"revision_changed:docs", "revision_unavailable:docs"}, reasons
+    assert MARKER not in validate.text
+    if edit:
+        body = {**body, "input": [{"role": "user", "content": "And tomorrow?"}]}
+    refresh = client.post(f"{base}/refresh", json=body)
+    assert refresh.status_code != 500, refresh.text
+    if refresh.status_code == 200:
+        sources = {s["source"]: s for s in refresh.json()["selection"]["sources"]}
+        assert sources["docs"]["status"] in KNOWN_STATUSES
+        if policy == "fail":
+            assert sources["docs"]["status"] == "ok"
+        return
+    assert refresh.headers["content-type"] == "application/problem+json", refresh.text
+    problem = refresh.json()
+    assert PROBLEM_CODES.get(problem["code"]) == refresh.status_code, problem
+    assert MARKER not in refresh.text
