@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 import structlog
 import structlog.testing
@@ -157,29 +156,21 @@ def test_a_prepare_that_waited_leaves_its_bookkeeping_to_the_timer_and_metrics_s
     assert _prepare_count(client.get("/metrics").text) == 1.0
 
 
-async def _call(app: Any, body: bytes, on_body: Callable[[], None]) -> int:
-    """One POST /v1/prepare through the ASGI app; ``on_body`` runs as the answer's body is sent."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-    status = 0
+def _watching(app: Any, later: Afterwards, seen: list[int]) -> Any:
+    """``app`` with the pending bookkeeping counted as the answer's last body part goes out and
+    again as the app returns (on the app's own loop, before anything else runs there)."""
 
-    async def receive() -> dict[str, Any]:
-        return pending.pop() if pending else {"type": "http.disconnect"}
+    async def watched(scope: Any, receive: Any, send: Any) -> None:
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                seen.append(len(later))
+            await send(message)
 
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body" and not message.get("more_body"):
-            on_body()
+        await app(scope, receive, watch)
+        if scope["type"] == "http":
+            seen.append(len(later))
 
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/v1/prepare", "raw_path": b"/v1/prepare", "query_string": b"",
-        "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "state": {},
-        "headers": [(b"content-type", b"application/json")],
-    }  # fmt: skip
-    await app(scope, receive, send)
-    return status
+    return watched
 
 
 def test_a_prepare_that_waited_on_nothing_has_its_bookkeeping_run_right_after_its_answer(
@@ -188,22 +179,17 @@ def test_a_prepare_that_waited_on_nothing_has_its_bookkeeping_run_right_after_it
     app = create_app(load_settings(store={"path": str(tmp_path / "db.db")}))
     metrics = app.state.metrics
     metrics.later = Afterwards(delay=60.0)  # the timer would not run it within this test
-    at_answer: list[int] = []
-
-    async def main() -> tuple[int, int]:
-        async with app.router.lifespan_context(app):
-            body = orjson.dumps(basic_request())
-            status = await _call(app, body, lambda: at_answer.append(len(metrics.later)))
-            after_return = len(metrics.later)
-            await asyncio.sleep(0)  # the loop's next turn
-            return status, after_return
-
-    status, after_return = asyncio.run(main())
-    assert status == 200
-    # Not on the way out: the observation was pending as the body went out, the access line was
-    # added after it, and both ran at the loop's next turn, not at the 60 s timer.
-    assert at_answer == [1] and after_return == 2
-    assert len(metrics.later) == 0
+    seen: list[int] = []
+    with TestClient(_watching(app, metrics.later, seen)) as client:
+        assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+        # Not on the way out: the observation was pending as the body went out and the access
+        # line was added after it ...
+        assert seen == [1, 2]
+        # ... and both ran at the loop's next turn, long before the 60 s timer.
+        deadline = time.monotonic() + 5
+        while len(metrics.later) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(metrics.later) == 0
     assert _prepare_count(metrics.render().decode()) == 1.0
 
 
