@@ -1,7 +1,7 @@
 """Bookkeeping that no caller waits for, run a moment after the answer.
 
 The metric observations of a preparation and the access log line of every request are recorded
-``AFTER_SECONDS`` after the request is answered, not on the way out of it. Why: a caller that sends
+after the request is answered (when exactly: below), not on the way out of it. Why: a caller that sends
 its next request as soon as it has read an answer (an agent runtime preparing calls in a row, a
 load generator) found the service still busy with the previous request's bookkeeping. At
 concurrency 1 on the project machine that bookkeeping took ~0.2 ms after the body was sent (cold
