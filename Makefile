@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install.stamp
 
-.PHONY: install serve test redis lint typecheck bench examples openapi check clean
+.PHONY: install serve test test-deep redis lint typecheck bench examples openapi check clean
 
 install: $(STAMP)
 
@@ -20,6 +20,12 @@ serve: install
 test: install redis
 	$(BIN)/pytest -q
 	cd clients/typescript && npm ci --silent --no-audit --no-fund && npm test --silent
+
+# The property, fuzz and state-machine tests with DEEP_SCALE times CI's examples, drawn at random
+# (tests/hypothesis_budget.py): a bug hunt, not part of CI (~15 minutes at the default scale).
+DEEP_SCALE ?= 10
+test-deep: install redis
+	CA_EXAMPLES_SCALE=$(DEEP_SCALE) $(BIN)/pytest -q -p no:cacheprovider tests/core tests/api tests/fuzz tests/storage tests/contributors tests/tokens
 
 # The tests need a real Redis on 127.0.0.1:6379: find it or start it, and fail loudly otherwise.
 redis:

@@ -5,7 +5,8 @@ Each step is one call: prepare, get, validate, refresh, repair or a usage report
 by the other tenant, with the frame, the input, the instructions or the usage object changed or
 not. The machine keeps what the answers must be: another tenant always gets the 404 of an unknown
 id and uses nothing up; refresh succeeds at most once and a failed one uses the attempt up; the
-same ``report_id`` answers the same accounting; a repair's report never reaches ``last``; an
+same ``report_id`` answers the same accounting (or a 422 for an invalid usage object, changing
+nothing); a repair's report never reaches ``last``; an
 unchanged frame validates until a refresh changes it. Every answer is JSON or problem+json, never
 a 5xx.
 """
@@ -26,6 +27,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
+from hypothesis_budget import examples
 
 TENANTS = list(KEYS)
 HEADERS = {tenant: {"Authorization": f"Bearer {key}"} for tenant, key in KEYS.items()}
@@ -256,8 +258,27 @@ class Lifecycle(RuleBasedStateMachine):
             return
         response = self._call("POST", path, state["tenant"], body)
         if report_id in state["reports"]:
-            # The same report id answers what it answered the first time, whatever it carries.
-            assert (response.status_code, response.json()) == state["reports"][report_id]
+            # The same report id answers what it answered the first time, whatever valid usage
+            # it carries; an invalid one is refused (422) as it would be under any id. Either
+            # way nothing changes.
+            if response.status_code == 422:
+                view = self._call("GET", f"/v1/preparations/{pid}", state["tenant"]).json()
+                assert view["accounting"]["last"] == state["last"]
+                assert view["accounting"]["auxiliary"] == state["auxiliary"]
+                return
+            # The recorded observations, beside the preparation's current estimate (a refresh in
+            # between lays a new frame and so a new estimate; the observations stay).
+            assert response.status_code == 200, response.text
+            first, again = state["reports"][report_id][1], response.json()
+            current = self._call("GET", f"/v1/preparations/{pid}", state["tenant"]).json()
+            estimate = current["accounting"]["estimated_input_tokens"]
+            assert again["accounting"]["estimated_input_tokens"] == estimate
+
+            def observations(answer: dict[str, Any]) -> dict[str, Any]:
+                accounting = answer["accounting"]
+                return {**answer, "accounting": {**accounting, "estimated_input_tokens": None}}
+
+            assert observations(again) == observations(first)
             return
         if response.status_code != 200:
             assert response.status_code == 422, response.text
@@ -280,7 +301,7 @@ class Lifecycle(RuleBasedStateMachine):
 
 TestLifecycleSequences = Lifecycle.TestCase
 TestLifecycleSequences.settings = settings(
-    max_examples=25,
+    max_examples=examples(25),
     stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -22,9 +22,10 @@ from context_assembly.core.blocks import check_source_blocks
 from context_assembly.core.memo import blocks_digest
 from context_assembly.core.request import Block, PrepareRequest
 from context_assembly.preparations import PassedChecks, _check_and_digest, _check_blocks
+from hypothesis_budget import examples
 
 PROPERTY = settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -21,6 +21,7 @@ from context_assembly.preparations import (
     _request_shape_hash_v1,
     _same_shape,
 )
+from hypothesis_budget import examples
 
 WORDS = st.sampled_from(["alpha", "beta", "é", "日本", '"q"', "\\", "x" * 40])
 
@@ -91,7 +92,7 @@ BLOCK_MUTATIONS = [
 ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(requests(), st.data())
 def test_what_changes_the_hash_and_what_does_not(body: dict[str, Any], data: st.DataObject) -> None:
     original = _hash(body)

@@ -12,6 +12,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from context_assembly.contributors import sign_headers, validate_secret, webhook_id
+from hypothesis_budget import examples
 
 
 def test_known_vector_matches_the_reference_library() -> None:
@@ -89,7 +90,7 @@ def test_unusable_secrets_fail_fast(secret: str) -> None:
         validate_secret(secret)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     body=st.binary(min_size=1, max_size=64).filter(lambda b: b.isascii()), flip=st.integers(0, 63)
 )

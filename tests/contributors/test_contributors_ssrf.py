@@ -23,6 +23,7 @@ from context_assembly.contributors import (
 )
 from context_assembly.core.request import Scope
 from context_assembly.errors import AssemblyTimeoutError, UrlRejectedError
+from hypothesis_budget import examples
 
 PUBLIC = "93.184.216.34"
 
@@ -261,7 +262,7 @@ async def test_system_resolver_is_the_default() -> None:
     assert "127.0.0.1" in checked.addresses or "::1" in checked.addresses
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.ip_addresses(v=4))
 def test_ipv4_mapped_form_gets_the_same_verdict_as_its_ipv4_address(
     ip: ipaddress.IPv4Address,
@@ -274,7 +275,7 @@ def test_ipv4_mapped_form_gets_the_same_verdict_as_its_ipv4_address(
         assert (plain is None) == (wrapped is None)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.ip_addresses(v=4, network="10.0.0.0/8") | st.ip_addresses(v=4, network="127.0.0.0/8"))
 def test_private_ipv4_inside_6to4_and_nat64_is_refused(ip: ipaddress.IPv4Address) -> None:
     """A private or loopback IPv4 address embedded in 6to4 or NAT64 form is refused."""

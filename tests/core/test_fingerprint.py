@@ -14,6 +14,7 @@ from context_assembly.core.frame import Frame
 from context_assembly.core.layout import date_line
 from context_assembly.core.render import render_frame
 from context_assembly.core.request import Message, Scope, Tool
+from hypothesis_budget import examples
 
 TEXT = st.text(
     alphabet=st.sampled_from(["a", "Z", " ", '"', "\\", "é", "日", "\n", "{"]), max_size=12
@@ -34,7 +35,7 @@ TOOLS = st.lists(
 SCOPES = st.builds(Scope, account_id=st.none() | TEXT, roles=st.lists(TEXT, max_size=2))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(TEXT, TEXT, SCOPES, st.sampled_from(["neutral", "anthropic"]), MESSAGES, TOOLS, st.data())
 def test_frame_hashes_equal_fingerprint_and_prefix_hash(
     model: str,

@@ -27,9 +27,12 @@ from context_assembly.core.request import Block, PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.errors import ServiceError
 from fakes import PROFILE, SurchargeCounter, WordCounter
+from hypothesis_budget import examples
 from strategies import NOW, WORDS, Scenario, scenarios
 
-PROPERTY = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 COUNTERS = [WordCounter(), SurchargeCounter()]
 
 
@@ -335,7 +338,7 @@ def test_entry_validity_is_the_window_between_expiries() -> None:
     assert Entry(0, None, None).valid_at(datetime(2100, 1, 1, tzinfo=UTC))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(protected=True), st.integers(-90, 90), st.booleans())
 def test_groundwork_changes_nothing(scenario: Scenario, seconds: int, other_counter: bool) -> None:
     """Groundwork laid seconds earlier or later (a minute boundary between them or not), or for

@@ -15,6 +15,7 @@ from context_assembly.core.frame import Frame
 from context_assembly.core.render import RAW_ARGUMENTS_KEY, render_frame
 from context_assembly.core.request import Message, OpaquePart, Render, TextPart, Tool, ToolCall
 from context_assembly.errors import InvalidError
+from hypothesis_budget import examples
 
 TARGETS: tuple[Render, ...] = ("neutral", "openai-chat", "openai-responses", "anthropic", "gemini")
 
@@ -559,7 +560,7 @@ def frames(draw: st.DrawFn) -> Frame:
     return Frame(messages=messages, tools=tools)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(frame=frames(), target=st.sampled_from(TARGETS))
 def test_rendering_is_deterministic_and_pure(frame: Frame, target: Render) -> None:
     """Same frame, same bytes; the frame is unchanged and shares nothing mutable with the body."""
@@ -579,7 +580,7 @@ def test_rendering_is_deterministic_and_pure(frame: Frame, target: Render) -> No
     assert frame.model_dump(mode="json") == snapshot
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(frame=frames(), target=st.sampled_from(["anthropic", "gemini"]))
 def test_anthropic_and_gemini_alternate_roles_and_lose_no_text(
     frame: Frame, target: Render
@@ -595,7 +596,7 @@ def test_anthropic_and_gemini_alternate_roles_and_lose_no_text(
         assert any(text in s for s in strings), text
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(frame=frames(), target=st.sampled_from(TARGETS))
 def test_renderer_never_adds_cache_markers(frame: Frame, target: Render) -> None:
     """No cache_control, cache key or cached-content reference is ever invented (SPEC §6)."""

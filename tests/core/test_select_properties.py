@@ -22,10 +22,13 @@ from context_assembly.core.select import (
 )
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 from fakes import PROFILE, SurchargeCounter, WordCounter
+from hypothesis_budget import examples
 from strategies import NOW, Scenario, scenarios
 
 OPTIONS = AssemblyOptions(max_blocks=2048)
-PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 COUNTERS = [WordCounter(), SurchargeCounter()]
 
 
@@ -178,7 +181,7 @@ def _dependents(graph: dict[str, Node], qid: str) -> set[str]:
     return found
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(scenarios())
 def test_same_input_same_output(scenario: Scenario) -> None:
     """Two runs over the same input are byte-identical (content, decisions and order)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -16,6 +16,7 @@ from context_assembly.core.usage import (
     normalize_usage,
 )
 from context_assembly.errors import InvalidError
+from hypothesis_budget import examples
 
 
 def U(
@@ -266,6 +267,7 @@ def test_normalize_usage_table(
     assert normalize_usage(provider, usage) == expected
 
 
+@settings(max_examples=examples(100))
 @given(
     input_tokens=st.integers(min_value=0, max_value=10**9),
     cache_read=st.integers(min_value=0, max_value=10**9),
@@ -286,6 +288,7 @@ def test_anthropic_input_is_the_sum_of_its_three_parts(
     assert normalized.cache_creation_input_tokens == cache_creation
 
 
+@settings(max_examples=examples(100))
 @given(
     prompt=st.integers(min_value=0, max_value=10**9),
     cached=st.integers(min_value=0, max_value=10**9),
@@ -471,6 +474,7 @@ def test_accounting_observation_delta_is_null_without_provider_input() -> None:
     assert observation["output_tokens"] == 5
 
 
+@settings(max_examples=examples(100))
 @given(
     provider_input=st.integers(min_value=0, max_value=10**9),
     estimate=st.integers(min_value=0, max_value=10**9),

@@ -6,7 +6,8 @@ random responses under failure policy ``omit`` and ``fail`` (``POST /v1/prepare`
 200 or a problem+json with a known code, never a 500).
 
 Every contributor reply is served by an ``httpx.MockTransport``: no socket is opened. Runs are
-derandomized, so CI sees the same examples every time.
+derandomized, so CI sees the same examples every time; ``make test-deep`` draws many more at
+random (``hypothesis_budget``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from context_assembly.contributors import (
     create_client,
 )
 from context_assembly.core.request import Block, Message, Scope
+from hypothesis_budget import DEEP, examples
 
 KNOWN_STATUSES = frozenset(get_args(Status))
 CAP = 2048
@@ -49,9 +51,9 @@ API_KEY = "ca_fuzz_contributors_key"
 def fuzz_settings(max_examples: int) -> settings:
     """Bounded, reproducible Hypothesis settings (no example database, fixed derivation)."""
     return settings(
-        max_examples=max_examples,
+        max_examples=examples(max_examples),
         deadline=None,
-        derandomize=True,
+        derandomize=not DEEP,
         database=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )

@@ -10,7 +10,8 @@ bodies and headers matching the schema, malformed input rejected (``negative_dat
 and every 4xx/5xx answered as ``application/problem+json``. Not run here:
 ``positive_data_acceptance`` (the schema cannot express the cross-field rules of SPEC §5.1, so a
 schema-valid request may rightly be 422) and ``unsupported_method`` (a known bug, see the xfail
-below). Bounded and reproducible: ``max_examples`` per operation, derandomized, fixed seed.
+below). Bounded and reproducible: ``max_examples`` per operation, derandomized, fixed seed
+(``make test-deep`` multiplies the examples and drops the derandomization: ``hypothesis_budget``).
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ from schemathesis.hooks import HookContext
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.contributors import create_client
+from hypothesis_budget import DEEP, examples
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI = ROOT / "openapi" / "openapi.json"
 API_KEY = "ca_fuzz_openapi_key"
-MAX_EXAMPLES = 40
+MAX_EXAMPLES = examples(40)
 """Fuzzing-phase examples per operation (the coverage phase adds its own deterministic cases)."""
 PROBLEM_JSON = "application/problem+json"
 CHECKS = [
@@ -108,7 +110,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FastAPI]:
 @settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
-    derandomize=True,
+    derandomize=not DEEP,
     database=None,
     suppress_health_check=list(HealthCheck),
 )

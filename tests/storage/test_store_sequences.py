@@ -20,6 +20,7 @@ from context_assembly.storage import (
     UsageResult,
     open_store,
 )
+from hypothesis_budget import examples
 
 NOW = 1_900_000_000.0  # far future of the real clock, so Redis keys live through the test
 EXPIRES_AT = NOW + 3600
@@ -95,7 +96,9 @@ async def run_program(store: Store, program: list[tuple[Any, ...]]) -> None:
 # Function-scoped fixtures are shared by all examples on purpose: every example uses a fresh
 # record id, and the prefix/file only need cleaning once per test.
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(program=programs)
 def test_usage_claim_and_replace_sequences_match_the_model(

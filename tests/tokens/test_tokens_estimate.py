@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import tiktoken
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from token_corpus import KNOWN_GAPS, LATIN_TEXT
 
 from context_assembly.core.counting import TokenCounter
 from context_assembly.tokens.encodings import get_encoding
 from context_assembly.tokens.estimate import SHORT_TEXT_BYTES, EstimateCounter, estimate_tokens
+from hypothesis_budget import examples
 
 REQUIRED_KINDS = ("prose", "code", "json", "zh", "ja", "ko", "emoji")
 
@@ -128,6 +129,7 @@ def test_lone_surrogate_does_not_crash() -> None:
     assert estimate_tokens("\ud800" * 30) == 2 + 63
 
 
+@settings(max_examples=examples(100))
 @given(st.text(max_size=400))
 def test_never_above_byte_length_and_positive(text: str) -> None:
     """For any text: 0 only when empty, never above the UTF-8 byte length, same input same output."""
@@ -138,6 +140,7 @@ def test_never_above_byte_length_and_positive(text: str) -> None:
     assert estimate == estimate_tokens(text)
 
 
+@settings(max_examples=examples(100))
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=SHORT_TEXT_BYTES))
 def test_at_least_exact_count_on_short_text(text: str) -> None:
     """Any text up to 64 bytes is never under-counted by o200k or cl100k (hard byte bound)."""
