@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from storage_support import REDIS_URL, RecordFactory, StoreFactory
 
 from context_assembly.storage import PreparationRecord, Store, open_store
-
-REDIS_URL = "redis://127.0.0.1:6379/15"
-
-StoreFactory = Callable[[], Awaitable[Store]]
-RecordFactory = Callable[..., PreparationRecord]
 
 
 @pytest.fixture

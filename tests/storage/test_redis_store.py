@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis
-from conftest import REDIS_URL, RecordFactory
+from storage_support import REDIS_URL, RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage import UsageResult, open_store

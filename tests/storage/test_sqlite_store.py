@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import RecordFactory
+from storage_support import RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage import open_store

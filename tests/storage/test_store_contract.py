@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import RecordFactory, StoreFactory
+from storage_support import RecordFactory, StoreFactory
 
 from context_assembly.storage import (
     Accounting,

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REDIS_URL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from storage_support import REDIS_URL
 
 from context_assembly.storage import (
     Accounting,
