@@ -23,8 +23,8 @@ waited keeps the timer.
 Pending work runs in the order it was deferred, and ``run_pending`` runs it at once: ``/metrics``
 calls it before rendering, so a scrape counts every request answered before it, and the lifespan at
 shutdown, so a clean stop loses nothing (a killed process loses at most the last 2 ms of lines and
-observations). An access line's timestamp is when it was written, ~2 ms after the answer; its
-``duration_ms`` is measured as before. A failure in one piece is logged by name and does not stop
+observations). An access line's timestamp is when it was written, up to ~2 ms after the answer;
+its ``duration_ms`` is measured as before. A failure in one piece is logged by name and does not stop
 the rest. Deferred work runs in an empty ``contextvars`` context: the request it belongs to passes
 what it needs (its request id) itself.
 """
@@ -84,35 +84,33 @@ class Afterwards:
     def defer(self, fn: Callable[..., object], *args: Any) -> None:
         """Run ``fn(*args)`` a moment from now on the running loop (at once without one)."""
         self._pending.append((fn, args))
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self.run_pending()
-            return
-        if self._handle is not None and self._loop is loop:
-            return  # the timer already set runs this too
-        # No timer yet, or one on a loop that has gone (an app served again on a new loop, as
-        # tests do, without a shutdown in between): set one here.
-        self._loop = loop
-        self._soon = False
-        self._handle = loop.call_later(self._delay, self.run_pending)
+        self._schedule(soon=False)
 
     def soon(self) -> None:
         """Run what is pending at the running loop's next turn instead of at the timer."""
-        if not self._pending:
-            return
+        if self._pending:
+            self._schedule(soon=True)
+
+    def _schedule(self, *, soon: bool) -> None:
+        """Make sure a run is set on the running loop: at the timer, or at its next turn."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             self.run_pending()
             return
-        if self._soon and self._loop is loop:
-            return  # already set to run at the next turn
-        if self._handle is not None:
-            self._handle.cancel()
+        if self._handle is not None and self._loop is loop and (self._soon or not soon):
+            return  # the run already set covers this (a next-turn run covers a timer's work)
+        # None yet, a timer where the next turn is asked for, or a run left on a loop that has
+        # gone (an app served again on a new loop, as tests do, without a shutdown in between).
+        if self._handle is not None and self._loop is loop:
+            self._handle.cancel()  # (one on a gone loop never runs: left alone)
         self._loop = loop
-        self._soon = True
-        self._handle = loop.call_soon(self.run_pending)
+        self._soon = soon
+        self._handle = (
+            loop.call_soon(self.run_pending)
+            if soon
+            else loop.call_later(self._delay, self.run_pending)
+        )
 
     def run_pending(self) -> None:
         """Run everything deferred so far, in order, in an empty ``contextvars`` context (also
