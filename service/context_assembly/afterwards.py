@@ -45,13 +45,14 @@ log = structlog.get_logger("context_assembly.afterwards")
 # project machine), much sooner than a scrape interval.
 AFTER_SECONDS: Final = 0.002
 
-# Whether the request of the current context waited on another service (``note_wait``).
-_WAITED: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
-    "context_assembly_request_waited", default=False
+# Whether the request of the current context waited on another service (``note_wait``);
+# ``None`` outside a request.
+_WAITED: Final[contextvars.ContextVar[bool | None]] = contextvars.ContextVar(
+    "context_assembly_request_waited", default=None
 )
 
 
-def begin_request() -> contextvars.Token[bool]:
+def begin_request() -> contextvars.Token[bool | None]:
     """Start a request that has waited on nothing yet; ``end_request`` with the token after it."""
     return _WAITED.set(False)
 
@@ -61,9 +62,9 @@ def note_wait() -> None:
     _WAITED.set(True)
 
 
-def end_request(token: contextvars.Token[bool]) -> bool:
+def end_request(token: contextvars.Token[bool | None]) -> bool:
     """Whether the request begun with ``token`` waited on another service; forgets the mark."""
-    waited = _WAITED.get()
+    waited = _WAITED.get() is True
     _WAITED.reset(token)
     return waited
 
@@ -82,14 +83,27 @@ class Afterwards:
         self._soon = False  # ``_handle`` runs at the loop's next turn, not at the timer
 
     def defer(self, fn: Callable[..., object], *args: Any) -> None:
-        """Run ``fn(*args)`` a moment from now on the running loop (at once without one)."""
+        """Run ``fn(*args)`` a moment from now on the running loop (at once without one).
+
+        Inside a request that has waited on nothing yet, the run is left to the request's end
+        (``settle``), which knows whether it is the timer or the next turn: no timer is set only
+        to be replaced. (Work deferred so by a task the request started, after the request has
+        ended, waits for the next run: no task does that today.)
+        """
         self._pending.append((fn, args))
-        self._schedule(soon=False)
+        if _WAITED.get() is not False:
+            self._schedule(soon=False)
 
     def soon(self) -> None:
         """Run what is pending at the running loop's next turn instead of at the timer."""
         if self._pending:
             self._schedule(soon=True)
+
+    def settle(self, waited: bool) -> None:
+        """A request has ended: run what is pending at the timer if it ``waited`` on another
+        service (``end_request``), else at the loop's next turn."""
+        if self._pending:
+            self._schedule(soon=not waited)
 
     def _schedule(self, *, soon: bool) -> None:
         """Make sure a run is set on the running loop: at the timer, or at its next turn."""

@@ -5,14 +5,12 @@ Labels carry source names, statuses and reasons only: never ids, text or tenants
 
 from __future__ import annotations
 
-from collections import Counter as Counter_
-from operator import attrgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from context_assembly.afterwards import Afterwards
-from context_assembly.core.result import PrepareResponse
+from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 
 _LATENCY_BUCKETS = (
     0.001,
@@ -30,7 +28,6 @@ _LATENCY_BUCKETS = (
     10.0,
     30.0,
 )
-_STATUS_REASON = attrgetter("status", "reason")
 _DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
 
 
@@ -86,13 +83,24 @@ class Metrics:
         # many entries as the families' own label sets, which no code path removes.
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._contributor_children: dict[tuple[str, str], Any] = {}
+        self._request_children: dict[tuple[str, str], Any] = {}
+
+    def count_request(self, route: str, status: int) -> None:
+        """One answered HTTP request (the access line's counter)."""
+        _child(self._request_children, self.requests, (route, str(status))).inc()
 
     def observe_preparation(
-        self, operation: str, seconds: float, response: PrepareResponse
+        self,
+        operation: str,
+        seconds: float,
+        response: PrepareResponse,
+        decisions: DecisionTally | None = None,
     ) -> None:
+        """One answered prepare or refresh; ``decisions`` is ``decision_tally`` of its manifest
+        when the caller has it (a memoised turn counted them once), else it is counted here."""
         self.prepare_seconds.labels(operation).observe(seconds)
-        tally = Counter_(map(_STATUS_REASON, response.selection.blocks))
-        for key, amount in tally.items():
+        tally = decisions if decisions is not None else decision_tally(response.selection.blocks)
+        for key, amount in tally:
             _child(self._decision_children, self.decisions, key).inc(amount)
         for source in response.selection.sources:
             if source.kind == "webhook":

@@ -60,7 +60,9 @@ from context_assembly.core.render import render_frame
 from context_assembly.core.request import ContributorRef, Message, PrepareRequest, Revision, Scope
 from context_assembly.core.result import (
     BLOCK_REPORTS,
+    DecisionTally,
     PrepareResponse,
+    decision_tally,
     pack_block_rows,
     unpack_block_rows,
 )
@@ -278,6 +280,7 @@ class Prepared:
     response: PrepareResponse
     stored: bytes
     body: bytes
+    decisions: DecisionTally  # the manifest's decisions by status and reason, for the metrics
 
     @classmethod
     def of(cls, response: PrepareResponse, assembly: Assembly) -> Prepared:
@@ -289,21 +292,38 @@ class Prepared:
             map(operator.is_, reports, assembly.block_reports)
         ):
             blocks, rows = assembly.block_reports_json, assembly.block_rows
+            decisions = assembly.block_decisions
         else:
             blocks, rows = BLOCK_REPORTS.dump_json(reports), pack_block_rows(reports)
+            decisions = decision_tally(reports)
+        # Each answer is joined once from these parts (slices as views: no copies on the way).
         rest = selection.__pydantic_serializer__.to_json(selection, exclude={"blocks"})
-        tail = (b",", rest[1:]) if len(rest) > 2 else (b"}",)
-        answered = b"".join((b'{"selection":{"blocks":', blocks, *tail))
-        kept = b"".join((b'{"selection":{"block_rows_z":"', rows.encode("ascii"), b'"', *tail))
-        rest = response.__pydantic_serializer__.to_json(response, exclude={"frame", "selection"})
+        tail = (b",", memoryview(rest)[1:]) if len(rest) > 2 else (b"}",)
+        others = memoryview(
+            response.__pydantic_serializer__.to_json(response, exclude={"frame", "selection"})
+        )
         if response.render == "neutral":
             frame = assembly.neutral_frame_json  # serialised once, while hashing the frame
         else:
             # orjson: ~2x faster than pydantic's on plain data, and every free-form value of a
             # request was checked to encode again (``request.JsonObject``).
             frame = orjson.dumps(response.frame)
-        body = b"".join((answered, b",", rest[1:-1], b',"frame":', frame, b"}"))
-        return cls(response, b"".join((kept, b",", rest[1:])), body)
+        body = b"".join(
+            (
+                b'{"selection":{"blocks":',
+                blocks,
+                *tail,
+                b",",
+                others[1:-1],
+                b',"frame":',
+                frame,
+                b"}",
+            )
+        )
+        kept = b"".join(
+            (b'{"selection":{"block_rows_z":"', rows.encode("ascii"), b'"', *tail, b",", others[1:])
+        )
+        return cls(response, kept, body, decisions)
 
 
 def _stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:

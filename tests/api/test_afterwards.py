@@ -236,3 +236,35 @@ def test_the_access_line_keeps_its_request_id(
     access = [c.kwargs for c in captured.calls if c.args == ("request",)]
     assert access[-1]["request_id"] == "rid-42"
     assert access[-1]["route"] == "/healthz" and access[-1]["status"] == 200
+
+
+def test_a_request_that_waited_on_nothing_sets_no_timer_only_its_next_turn() -> None:
+    """Deferred inside a request that has not waited, the work waits for the request's end
+    (``settle``); inside one that waited, the timer is set at once, as outside a request."""
+    ran: list[str] = []
+
+    async def main() -> None:
+        later = Afterwards(delay=60.0)
+        token = afterwards.begin_request()
+        later.defer(ran.append, "quiet")
+        assert later._handle is None  # no timer set only to be replaced
+        later.settle(afterwards.end_request(token))
+        await asyncio.sleep(0)
+        assert ran == ["quiet"]
+
+        token = afterwards.begin_request()
+        afterwards.note_wait()
+        later.defer(ran.append, "waited")
+        assert later._handle is not None and not later._soon  # the timer
+        later.settle(afterwards.end_request(token))
+        await asyncio.sleep(0.01)
+        assert ran == ["quiet"]  # still at the timer, 60 s away
+        later.run_pending()
+        assert ran == ["quiet", "waited"]
+
+        later.defer(ran.append, "outside")  # no request: the timer, as always
+        assert later._handle is not None
+        later.run_pending()
+
+    asyncio.run(main())
+    assert ran == ["quiet", "waited", "outside"]

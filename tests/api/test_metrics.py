@@ -64,3 +64,23 @@ def test_decisions_and_contributor_calls_are_counted_by_their_labels() -> None:
     prepare = "context_assembly_prepare_seconds_count"
     assert samples[(prepare, (("operation", "prepare"),))] == 2
     assert samples[(prepare, (("operation", "refresh"),))] == 1
+
+
+def test_a_given_tally_counts_as_the_responses_own() -> None:
+    """``decisions`` (a memoised turn's tally) adds up exactly as counting the reports does."""
+    from context_assembly.core.result import decision_tally
+
+    blocks = [("selected", "fits"), ("dropped", "budget"), ("selected", "fits")]
+    response = _response(blocks, [])
+    counted, given = Metrics(), Metrics()
+    counted.observe_preparation("prepare", 0.01, response)
+    given.observe_preparation("prepare", 0.01, response, decision_tally(response.selection.blocks))
+
+    def counts(metrics: Metrics) -> dict[Any, float]:
+        return {k: v for k, v in _samples(metrics).items() if not k[0].endswith("_created")}
+
+    assert counts(counted) == counts(given)
+    assert decision_tally(response.selection.blocks) == (
+        (("selected", "fits"), 2),
+        (("dropped", "budget"), 1),
+    )

@@ -1,4 +1,5 @@
-"""The prepare answer serialised once (preparations.Prepared): the same JSON as the model's own.
+"""The prepare answer serialised once (preparations.Prepared): the same JSON as the model's own,
+and the decision tally the metrics count, the same as counting the answer's reports.
 
 Every successful self-contained conformance request is assembled twice through one memo (cold,
 then warm), and each answer's spliced JSON must parse to exactly what ``model_dump_json`` of the
@@ -8,6 +9,7 @@ response gives, with the record's copy being that minus the frame, its block rep
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,10 @@ def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
             expected["selection"]["blocks"]
         )
         assert _stored_response(stored) == expected
+        # The decisions the metrics count are those of the answer, whichever turn served them.
+        assert sorted(prepared.decisions) == sorted(
+            Counter((b["status"], b["reason"]) for b in expected["selection"]["blocks"]).items()
+        )
         # A record written before the compact form (reports as objects) reads the same.
         assert _stored_response(expected) == expected
     assert memo.info()[0] >= 1, "the second turn was served from the memo"
@@ -91,6 +97,10 @@ def test_reports_other_than_the_assemblys_are_serialised_afresh() -> None:
     assert body == orjson.loads(edited.model_dump_json())
     stored = orjson.loads(Prepared.of(edited, assembly).stored)
     assert unpack_block_rows(stored["selection"]["block_rows_z"])[0]["id"] == "renamed"
+    dropped = response.model_copy(
+        update={"selection": response.selection.model_copy(update={"blocks": []})}
+    )
+    assert Prepared.of(dropped, assembly).decisions == ()
 
 
 def test_a_record_of_128_blocks_is_small_and_reads_back_whole(make_client: Any) -> None:

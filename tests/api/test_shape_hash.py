@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_assembly.core.memo import BLOCK_FIELDS
+from context_assembly.core.memo import BLOCK_FIELDS, blocks_digest
 from context_assembly.core.request import Block, Contribution, PrepareRequest
 from context_assembly.preparations import (
     CONTRIBUTION_FIELDS,
@@ -27,7 +27,7 @@ WORDS = st.sampled_from(["alpha", "beta", "é", "日本", '"q"', "\\", "x" * 40]
 
 
 def test_the_hash_covers_every_field_of_a_block_and_a_contribution() -> None:
-    assert set(BLOCK_FIELDS) == set(Block.model_fields)
+    assert tuple(Block.model_fields) == BLOCK_FIELDS  # in order: the digest reads ``__dict__``
     assert set(CONTRIBUTION_FIELDS) | {"blocks"} == set(Contribution.model_fields)
 
 
@@ -132,3 +132,65 @@ def test_records_stored_with_the_first_version_still_compare() -> None:
     edited = PrepareRequest.model_validate(body)
     assert not _same_shape(edited, stored_v1)
     assert not _same_shape(edited, _request_shape_hash(request))
+
+
+# Pinned: a stored record's shape hash is made of these digests, so their bytes never change.
+GOLDEN_BLOCKS = (
+    Block(
+        id="a", text='Entry é 日本 "q" \\ \n', priority=-3, protected=True,
+        dependencies=["memory/b"], expires_at="2026-12-04T00:00:00Z", projection="short",
+    ),
+    Block(id="b", text="plain"),
+    Block.model_validate_json(b'{"projection":"p","text":"t","id":"c","priority":7}'),
+)  # fmt: skip
+
+
+def test_the_blocks_digest_is_pinned() -> None:
+    assert blocks_digest(GOLDEN_BLOCKS).hex() == (
+        "5f5c9430e00b135a54f4b846a40ce2f08b9961220e9fc8b8539488cb25798d30"
+    )
+    assert blocks_digest(()).hex() == (
+        "4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945"
+    )
+
+
+def _reference_digest(blocks: Any) -> bytes:
+    """The digest's definition: each block's fields read by name, in ``BLOCK_FIELDS`` order."""
+    import hashlib
+
+    import orjson
+
+    rows = [tuple(getattr(b, name) for name in BLOCK_FIELDS) for b in blocks]
+    return hashlib.sha256(orjson.dumps(rows)).digest()
+
+
+@st.composite
+def blocks(draw: st.DrawFn) -> Block:
+    fields: dict[str, Any] = {"id": draw(WORDS), "text": draw(st.text(max_size=30))}
+    if draw(st.booleans()):
+        fields["priority"] = draw(st.integers(-(2**63), 2**63 - 1))
+    if draw(st.booleans()):
+        fields["protected"] = draw(st.booleans())
+    if draw(st.booleans()):
+        fields["dependencies"] = draw(st.lists(WORDS, max_size=3))
+    if draw(st.booleans()):
+        fields["expires_at"] = draw(st.sampled_from([None, "2026-12-04T00:00:00Z"]))
+    if draw(st.booleans()):
+        fields["projection"] = draw(st.one_of(st.none(), WORDS))
+    how = draw(st.sampled_from(["validate", "construct", "copy", "json"]))
+    if how == "construct":
+        return Block.model_construct(**fields)
+    block = Block.model_validate(fields)
+    if how == "copy":
+        return block.model_copy(update={"text": block.text + "!"})
+    if how == "json":
+        return Block.model_validate_json(block.model_dump_json())
+    return block
+
+
+@settings(max_examples=examples(200))
+@given(st.lists(blocks(), max_size=6))
+def test_the_blocks_digest_reads_every_field_in_order(items: list[Block]) -> None:
+    """However a block was made (validated, constructed, copied, parsed), its digest is the
+    digest's definition over its fields by name."""
+    assert blocks_digest(items) == _reference_digest(items)

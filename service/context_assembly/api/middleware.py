@@ -61,14 +61,14 @@ class RequestContext:
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
             )
-            if not end_request(waiting):
-                later.soon()  # it offered no wait to run in: right after its answer
+            # A request that offered no wait to run in has it run right after its answer.
+            later.settle(end_request(waiting))
 
     def _account(
         self, method: str, path: str, status: int, duration_ms: float, request_id: str
     ) -> None:
         """The request's counter and access line, a moment after its answer (``afterwards.py``)."""
-        self.metrics.requests.labels(path, str(status)).inc()
+        self.metrics.count_request(path, status)
         log.info(
             "request",
             request_id=request_id,

@@ -77,7 +77,9 @@ def json_response(model: BaseModel) -> Response:
 def _answer(prepared: Prepared, metrics: Metrics, operation: str, seconds: float) -> Response:
     """The prepared JSON as the answer; its metrics are recorded a moment later (they are not
     the caller's to wait for, nor its next request's: ``afterwards.py``)."""
-    metrics.later.defer(metrics.observe_preparation, operation, seconds, prepared.response)
+    metrics.later.defer(
+        metrics.observe_preparation, operation, seconds, prepared.response, prepared.decisions
+    )
     return Response(prepared.body, media_type="application/json")
 
 

@@ -38,7 +38,9 @@ from context_assembly.core.result import (
     BLOCK_REPORTS,
     BlockReport,
     BudgetReport,
+    DecisionTally,
     SelectionReport,
+    decision_tally,
     pack_block_rows,
 )
 from context_assembly.core.select import (
@@ -72,6 +74,7 @@ class Assembly:
     block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
     block_reports_json: bytes  # the same, serialised (reused while the reports are these)
     block_rows: str  # the same in the packed stored form (``result.pack_block_rows``)
+    block_decisions: DecisionTally  # the same counted by status and reason (for the metrics)
     block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
     neutral_frame_json: bytes  # ``frame`` as the neutral render's JSON (``frame_hashes``)
 
@@ -316,6 +319,7 @@ def assemble(
         block_reports=outcome.blocks,
         block_reports_json=outcome.blocks_json,
         block_rows=outcome.block_rows,
+        block_decisions=outcome.decisions,
         block_digests=digests,
         neutral_frame_json=frame_json,
     )
@@ -409,6 +413,7 @@ def _select(
         BLOCK_REPORTS.dump_json(blocks),
         pack_block_rows(blocks),
         expiry,
+        decision_tally(blocks),
     )
     return outcome, selection.data_content
 

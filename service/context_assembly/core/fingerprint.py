@@ -82,13 +82,15 @@ def frame_hashes(
     dumped = [orjson.dumps(item, option=_SORTED) for item in _messages(messages)]
     tools_json = orjson.dumps(_tools(tools), option=_SORTED)
     model_json = orjson.dumps(model)
+    # The messages joined once; both hashes read it in place (the prefix is its first bytes).
+    joined = b",".join(dumped)
+    view = memoryview(joined)
+    prefix_end = sum(map(len, dumped[:prefix_len])) + max(prefix_len - 1, 0)
     hasher = hashlib.sha256(b'{"messages":[')
-    hasher.update(b",".join(dumped[:prefix_len]))
+    hasher.update(view[:prefix_end])
     prefix = hasher.copy()
     prefix.update(b'],"model":' + model_json + b',"tools":' + tools_json + b"}")
-    if 0 < prefix_len < len(dumped):
-        hasher.update(b",")
-    hasher.update(b",".join(dumped[prefix_len:]))
+    hasher.update(view[prefix_end:])
     hasher.update(
         b"".join(
             (
@@ -106,7 +108,8 @@ def frame_hashes(
             )
         )
     )
-    frame_json = b"".join((b'{"messages":[', b",".join(dumped), b'],"tools":', tools_json, b"}"))
+    view.release()
+    frame_json = b"".join((b'{"messages":[', joined, b'],"tools":', tools_json, b"}"))
     return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest(), frame_json
 
 

@@ -35,14 +35,13 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
 from typing import Final
 
 import orjson
 
 from context_assembly.core.counting import ModelProfile, TokenCounter
 from context_assembly.core.request import AssemblyOptions, Block
-from context_assembly.core.result import BlockReport
+from context_assembly.core.result import BlockReport, DecisionTally
 
 # Every field of a block, in a fixed order (a test holds this to the model's fields, so a new
 # field cannot be left out of the digest).
@@ -55,13 +54,18 @@ BLOCK_FIELDS: Final = (
     "expires_at",
     "projection",
 )
-_block_values = attrgetter(*BLOCK_FIELDS)
+# A block's values are read from its ``__dict__``, which holds exactly its fields in declaration
+# order (pydantic fills it so: validated, constructed or copied), the ``BLOCK_FIELDS`` order:
+# ~30% faster than an ``attrgetter`` of seven names. Checked here, so a reordered model fails
+# at import instead of changing every digest (a stored shape hash is made of them).
+if tuple(Block.model_fields) != BLOCK_FIELDS:
+    raise ImportError("Block's fields are not BLOCK_FIELDS in order: blocks_digest would change")
 
 
 def blocks_digest(blocks: Sequence[Block]) -> bytes:
     """SHA-256 of the blocks' fields as JSON arrays in ``BLOCK_FIELDS`` order: the identity of
     one source's blocks (canonical: a block holds no JSON object whose key order could vary)."""
-    return hashlib.sha256(orjson.dumps(list(map(_block_values, blocks)))).digest()
+    return hashlib.sha256(orjson.dumps([tuple(b.__dict__.values()) for b in blocks])).digest()
 
 
 # Block reports held in all: ~1.4 KB each with their JSON, rows and render plan (measured with
@@ -92,6 +96,7 @@ class Outcome:
     blocks_json: bytes  # those reports as the JSON array the answer carries
     block_rows: str  # and in the packed form a stored record keeps (``result.pack_block_rows``)
     selected_expiry: tuple[tuple[str, str], ...]
+    decisions: DecisionTally  # the reports counted by status and reason (``result.decision_tally``)
 
 
 @dataclass(slots=True)

@@ -113,6 +113,20 @@ def pack_block_rows(reports: Sequence[BlockReport]) -> str:
     return base64.b64encode(zlib.compress(rows, 1)).decode("ascii")
 
 
+# A manifest's decisions counted by (status, reason), in first-seen order: what the metrics add
+# up per answer (``Metrics.observe_preparation``); a memoised turn counted them once.
+DecisionTally = tuple[tuple[tuple[str, str], int], ...]
+_status_reason = attrgetter("status", "reason")
+
+
+def decision_tally(reports: Sequence[BlockReport]) -> DecisionTally:
+    """``reports`` counted by ``(status, reason)``."""
+    counts: dict[tuple[str, str], int] = {}
+    for key in map(_status_reason, reports):
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())
+
+
 def unpack_block_rows(packed: str) -> list[dict[str, Any]]:
     """The block report objects of a packed form (``pack_block_rows``)."""
     rows = orjson.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
