@@ -10,6 +10,7 @@ Run: ``make bench`` or ``.venv/bin/python bench/bench_load.py``.
 from __future__ import annotations
 
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -91,6 +92,7 @@ def main() -> None:
                 stop(service)
     finally:
         stop(contributor)
+        shutil.rmtree(folder, ignore_errors=True)
         client = redis.Redis.from_url("redis://127.0.0.1:6379/13")
         for key in client.scan_iter(f"{prefix}*"):
             client.delete(key)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -525,6 +526,7 @@ def main() -> None:
     finally:
         for proc in procs:
             stop(proc)
+        shutil.rmtree(folder, ignore_errors=True)  # the SQLite file and the config
 
 
 if __name__ == "__main__":
