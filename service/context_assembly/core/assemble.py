@@ -399,7 +399,9 @@ def _select(
             (position[qid], decisions[qid].status == "projected")
         )
     segments = tuple(
-        Segment(source, tuple(by_source[source])) for source in source_order if source in by_source
+        Segment(source, *_unzip(by_source[source]))
+        for source in source_order
+        if source in by_source
     )
     expiry = tuple(
         (qid, graph[qid].block.expires_at or "")
@@ -418,14 +420,20 @@ def _select(
     return outcome, selection.data_content
 
 
+def _unzip(pieces: Sequence[tuple[int, bool]]) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    """``(positions, projected)`` of a segment's ``(position, projected)`` pieces."""
+    return tuple(p for p, _ in pieces), tuple(v for _, v in pieces)
+
+
 def _render(segments: Sequence[Segment], groups: Sequence[SourceBlocks]) -> str | None:
     """The data message of a memoised outcome, rendered from this request's blocks."""
     if not segments:
         return None
     flat = [block for group in groups for block in group.blocks]
+    at = flat.__getitem__
     return data_message(
         [
-            (segment.source, [(flat[i], projected) for i, projected in segment.pieces])
+            (segment.source, zip(map(at, segment.positions), segment.projected, strict=True))
             for segment in segments
         ]
     )

@@ -30,7 +30,7 @@ summed to choose, one exact count confirms), the last choices are dropped, not r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -635,7 +635,7 @@ def _render(
     return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
 
 
-def _segment(source: str, pieces: Sequence[tuple[Block, bool]]) -> dict[str, object]:
+def _segment(source: str, pieces: Iterable[tuple[Block, bool]]) -> dict[str, object]:
     """One source's segment of the data message, each block as its ``piece_object``.
 
     The objects are those of ``piece_object``, built inline: two calls a block were a third of a
@@ -658,9 +658,10 @@ def _segment_json(source: str, pieces: Sequence[tuple[Block, bool]]) -> str:
     return orjson.dumps(_segment(source, pieces)).decode()
 
 
-def data_message(segments: Sequence[tuple[str, Sequence[tuple[Block, bool]]]]) -> str:
+def data_message(segments: Iterable[tuple[str, Iterable[tuple[Block, bool]]]]) -> str:
     """The data message content: ``{"context_data":[{"source":..,"blocks":[..]},..]}``,
-    segments in the given (source) order, in one serialisation."""
+    segments in the given (source) order, in one serialisation (each segment's pieces are
+    read once, so an iterator will do)."""
     return orjson.dumps(
         {"context_data": [_segment(source, pieces) for source, pieces in segments]}
     ).decode()
