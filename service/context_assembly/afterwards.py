@@ -11,7 +11,8 @@ contributors, or with the requests' other work when the loop is busy; the CPU is
 
 When: a request that waited on other services (its contributors: ``note_wait``) leaves its
 bookkeeping to the timer, ``AFTER_SECONDS`` later; a request that waited on nothing has it run at
-the loop's next turn after its answer is written (``soon``). Why the two: the next request of a
+the loop's next turn after its answer is written. The request's end chooses (``settle``); until
+then, work deferred inside a request that has not waited sets no timer. Why the two: the next request of a
 caller that waits on contributors will itself wait, and the timer falls in that wait; a request
 answered from CPU work alone offers no such wait, and there the timer fell inside a later request,
 on cold caches. Measured on the project machine (interleaved A/Bs of 12 rounds at c=1, each with

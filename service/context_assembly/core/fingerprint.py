@@ -108,7 +108,6 @@ def frame_hashes(
             )
         )
     )
-    view.release()
     frame_json = b"".join((b'{"messages":[', joined, b'],"tools":', tools_json, b"}"))
     return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest(), frame_json
 

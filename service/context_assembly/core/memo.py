@@ -59,7 +59,7 @@ BLOCK_FIELDS: Final = (
 # ~30% faster than an ``attrgetter`` of seven names. Checked here, so a reordered model fails
 # at import instead of changing every digest (a stored shape hash is made of them).
 if tuple(Block.model_fields) != BLOCK_FIELDS:
-    raise ImportError("Block's fields are not BLOCK_FIELDS in order: blocks_digest would change")
+    raise RuntimeError("Block's fields are not BLOCK_FIELDS in order: blocks_digest would change")
 
 
 def blocks_digest(blocks: Sequence[Block]) -> bytes:
