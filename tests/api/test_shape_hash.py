@@ -188,7 +188,7 @@ def blocks(draw: st.DrawFn) -> Block:
     return block
 
 
-@settings(max_examples=examples(200))
+@settings(max_examples=examples(200), deadline=None)  # the first example may be slow (cold)
 @given(st.lists(blocks(), max_size=6))
 def test_the_blocks_digest_reads_every_field_in_order(items: list[Block]) -> None:
     """However a block was made (validated, constructed, copied, parsed), its digest is the
