@@ -72,7 +72,7 @@ def end_request(token: contextvars.Token[bool | None]) -> bool:
 
 class Afterwards:
     """A queue of bookkeeping calls, run ``delay`` seconds after the first of them is deferred, or
-    at the loop's next turn once ``soon`` is asked for."""
+    at the loop's next turn when a request that waited on nothing ends (``settle``)."""
 
     __slots__ = ("_delay", "_handle", "_loop", "_pending", "_soon")
 
@@ -94,11 +94,6 @@ class Afterwards:
         self._pending.append((fn, args))
         if _WAITED.get() is not False:
             self._schedule(soon=False)
-
-    def soon(self) -> None:
-        """Run what is pending at the running loop's next turn instead of at the timer."""
-        if self._pending:
-            self._schedule(soon=True)
 
     def settle(self, waited: bool) -> None:
         """A request has ended: run what is pending at the timer if it ``waited`` on another

@@ -206,14 +206,14 @@ def test_a_request_forgets_its_wait_mark_and_does_not_leak_it_to_the_next() -> N
     assert asyncio.run(main()) == [True, False]
 
 
-def test_soon_replaces_the_timer_and_runs_once() -> None:
+def test_a_next_turn_replaces_the_timer_and_runs_once() -> None:
     ran: list[int] = []
 
     async def main() -> None:
         later = Afterwards(delay=0.01)
         later.defer(ran.append, 1)
-        later.soon()
-        later.soon()  # already set: nothing more
+        later.settle(waited=False)
+        later.settle(waited=False)  # already set: nothing more
         later.defer(ran.append, 2)  # joins the turn already set
         await asyncio.sleep(0)
         assert ran == [1, 2]
