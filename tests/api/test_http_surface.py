@@ -198,6 +198,29 @@ def test_committed_openapi_matches_the_app() -> None:
     assert committed == render(), "run `make openapi` and commit openapi/openapi.json"
 
 
+def test_the_store_write_delay_setting_reaches_the_sqlite_store(tmp_path: Path) -> None:
+    """``store.write_delay_ms``: with 0 a prepare's record is in the file when the answer comes;
+    with a delay it is held (this app still reads it at once) and written by the delay or, at
+    the latest, when the app shuts down."""
+    import sqlite3
+
+    def ids(path: Path) -> set[str]:
+        with sqlite3.connect(path) as conn:
+            return {row[0] for row in conn.execute("SELECT id FROM preparations")}
+
+    for delay_ms in (0, 1000):
+        path = tmp_path / f"delay{delay_ms}.db"
+        settings = load_settings(store={"path": str(path), "write_delay_ms": delay_ms})
+        with TestClient(create_app(settings)) as client:
+            answer = client.post("/v1/prepare", json=basic_request())
+            assert answer.status_code == 200
+            prep_id = answer.json()["preparation_id"]
+            assert (prep_id in ids(path)) is (delay_ms == 0)
+            assert client.get(f"/v1/preparations/{prep_id}").status_code == 200
+            other = client.post("/v1/prepare", json=basic_request()).json()["preparation_id"]
+        assert ids(path) == {prep_id, other}  # the held one was written at shutdown
+
+
 def test_expired_records_are_purged_from_sqlite(
     make_client: AppFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,6 +243,9 @@ def test_expired_records_are_purged_from_sqlite(
             count: int = conn.execute("SELECT COUNT(*) FROM preparations").fetchone()[0]
             return count
 
+    deadline = time.monotonic() + 5
+    while not rows() and time.monotonic() < deadline:  # written within store.write_delay_ms
+        time.sleep(0.01)
     assert rows() == 1
     wall.now += 3601  # past the default TTL
     deadline = time.monotonic() + 5

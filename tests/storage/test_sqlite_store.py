@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,206 @@ async def test_inline_puts_are_checkpointed_on_the_worker_thread(
             assert await store.get("acme", record.id, now) is not None
     finally:
         await store.aclose()
+
+
+# ---------------------------------------------------------------- the write delay
+
+
+def _outside_ids(path: Path) -> set[str]:
+    """The ids another process sees in the file now."""
+    conn = sqlite3.connect(path)
+    try:
+        return {row[0] for row in conn.execute("SELECT id FROM preparations")}
+    finally:
+        conn.close()
+
+
+def _spy_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Each write of held rows: the thread it ran on and how many rows it inserted."""
+    writes: list[tuple[str, int]] = []
+    original = sqlite_module._insert_rows
+
+    def spy(rows: list[tuple[object, ...]], conn: sqlite3.Connection) -> None:
+        writes.append((threading.current_thread().name, len(rows)))
+        original(rows, conn)
+
+    monkeypatch.setattr(sqlite_module, "_insert_rows", spy)
+    return writes
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` for up to five seconds."""
+    deadline = asyncio.get_running_loop().time() + 5
+    while not condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
+async def test_delayed_records_are_held_then_written_together(
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a write delay, ``put`` holds the record: this store sees it at once, another process
+    once the delay has passed, and the records put meanwhile go in one write, on the loop's own
+    connection when the write lock is free."""
+    writes = _spy_writes(monkeypatch)
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, write_delay=0.05)
+    try:
+        records = [make_record() for _ in range(5)]
+        for record in records:
+            await store.put(record)
+        assert _outside_ids(path) == set()  # held: no write yet
+        await _until(lambda: bool(_outside_ids(path)))
+        assert _outside_ids(path) == {r.id for r in records}
+        assert writes == [(threading.current_thread().name, 5)]
+        for record in records:
+            assert await store.get("acme", record.id, now) == record
+    finally:
+        await store.aclose()
+
+
+async def test_held_records_wait_on_the_worker_thread_while_the_lock_is_taken(
+    tmp_path: Path, make_record: RecordFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When another writer holds the lock, the loop does not wait: the held rows go to the
+    worker thread, which waits up to the busy timeout, and are written once the lock is free."""
+    writes = _spy_writes(monkeypatch)
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=5000, write_delay=0.01)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        record = make_record()
+        await store.put(record)
+        await asyncio.sleep(0.2)  # the delay has passed: the inline write failed at once
+        assert _outside_ids(path) == set()
+        blocker.execute("COMMIT")
+        await _until(lambda: bool(_outside_ids(path)))
+        assert _outside_ids(path) == {record.id}
+        loop_thread = threading.current_thread().name
+        assert [name for name, _ in writes][:1] == [loop_thread]  # tried inline first, refused
+        assert writes[-1][0].startswith("context-assembly-sqlite") and writes[-1][1] == 1
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+async def test_every_other_operation_writes_the_held_records_first(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """A read, a claim or a usage report right after ``put`` sees the record (it is written
+    first), and ``flush`` makes it visible to another process without waiting for the delay."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, write_delay=1.0)
+    try:
+        first, second, third = make_record(), make_record(), make_record()
+        await store.put(first)
+        assert await store.get("acme", first.id, now) == first
+        await store.put(second)
+        assert await store.claim_refresh("acme", second.id, now) == "claimed"
+        await store.put(third)
+        result = await store.record_usage("acme", third.id, "r1", "last", OBS, now)
+        assert result.status == "applied"
+        fourth = make_record()
+        await store.put(fourth)
+        assert fourth.id not in _outside_ids(path)
+        await store.flush()
+        assert _outside_ids(path) == {first.id, second.id, third.id, fourth.id}
+    finally:
+        await store.aclose()
+
+
+async def test_a_held_id_and_a_written_id_are_both_duplicates(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    """``put`` refuses an id that is held and one that is already in the file, as without delay."""
+    from context_assembly.storage import DuplicatePreparationIdError
+
+    store = await SqliteStore.open(tmp_path / "s.db", write_delay=1.0)
+    try:
+        record = make_record()
+        await store.put(record)
+        with pytest.raises(DuplicatePreparationIdError):
+            await store.put(record)
+        await store.flush()
+        with pytest.raises(DuplicatePreparationIdError):
+            await store.put(record)
+    finally:
+        await store.aclose()
+
+
+async def test_a_failed_write_keeps_the_records_and_fails_every_call_until_it_succeeds(
+    tmp_path: Path, make_record: RecordFactory, now: float
+) -> None:
+    """While the file refuses the write of held records, nothing is lost: they stay held and
+    are retried, and every call (a new ``put`` too) answers ``StoreUnavailableError``, as it
+    would without the delay. Once the file takes writes again, the held records are there."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=50, write_delay=0.01)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    try:
+        held = make_record()
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        await store.put(held)
+        with pytest.raises(StoreUnavailableError):
+            await store.get("acme", held.id, now)
+        with pytest.raises(StoreUnavailableError):
+            await store.put(make_record())
+        with pytest.raises(StoreUnavailableError):
+            await store.ping()
+        blocker.execute("ROLLBACK")
+        assert await store.get("acme", held.id, now) == held
+        later = make_record()
+        await store.put(later)  # the failure is over: held again, written in the background
+        await store.flush()
+        assert _outside_ids(path) == {held.id, later.id}
+    finally:
+        blocker.close()
+        await store.aclose()
+
+
+async def test_aclose_writes_what_is_held(tmp_path: Path, make_record: RecordFactory) -> None:
+    """A clean shutdown loses nothing: ``aclose`` writes the held records before closing."""
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, write_delay=1.0)
+    records = [make_record() for _ in range(3)]
+    for record in records:
+        await store.put(record)
+    await store.aclose()
+    assert _outside_ids(path) == {r.id for r in records}
+
+
+async def test_a_cancelled_reader_does_not_cut_the_write_of_held_records(
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call cancelled while the held records are being written (its client went away) leaves
+    that write to finish and to settle: the records are written once and no longer held."""
+    calls: list[int] = []
+    original = sqlite_module._insert_rows
+
+    def spy(rows: list[tuple[object, ...]], conn: sqlite3.Connection) -> None:
+        calls.append(len(rows))
+        original(rows, conn)
+
+    monkeypatch.setattr(sqlite_module, "_insert_rows", spy)
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, write_delay=1.0)
+    try:
+        record = make_record()
+        await store.put(record)
+        reader = asyncio.ensure_future(store.get("acme", record.id, now))
+        await asyncio.sleep(0)  # the reader has started the write and waits for it
+        reader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        await store.flush()  # nothing left to write: the cancelled reader's write completed
+        assert calls == [1]
+        assert _outside_ids(path) == {record.id}
+    finally:
+        await store.aclose()
+
+
+async def test_the_write_delay_is_bounded() -> None:
+    """A delay beyond one second (or negative) is refused when the store opens."""
+    for delay in (-0.001, 1.5):
+        with pytest.raises(ValueError, match="write_delay"):
+            await SqliteStore.open("unused.db", write_delay=delay)

@@ -209,6 +209,7 @@ async def test_same_report_concurrently_applies_once(
     first, second = await store_factory(), await store_factory()
     record = make_record()
     await first.put(record)
+    await first.flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             s.record_usage("acme", record.id, "r-main", "last", MAIN, now)
@@ -226,6 +227,7 @@ async def test_concurrent_distinct_reports_lose_no_update(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
+    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             stores[i % 2].record_usage("acme", record.id, f"r{i}", "last", {"i": i}, now)
@@ -244,6 +246,7 @@ async def test_claim_refresh_succeeds_exactly_once_under_concurrency(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
+    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(stores[i % 2].claim_refresh("acme", record.id, now) for i in range(20))
     )
@@ -293,6 +296,7 @@ async def test_concurrent_compare_and_set_has_one_winner(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
+    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             stores[i % 2].replace_data("acme", record.id, {"w": i}, now, expected_version=1)

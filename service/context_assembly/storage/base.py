@@ -108,6 +108,12 @@ class Store(Protocol):
         ``DuplicatePreparationIdError``."""
         ...
 
+    async def flush(self) -> None:
+        """Make every record put so far visible to other processes and replicas. This instance
+        sees its records at once; a store that writes new records a moment after their ``put``
+        (SQLite's ``write_delay``) writes them now. Redis: nothing to do."""
+        ...
+
     async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:
         """The tenant's live record, or ``None`` for unknown, expired or another tenant's id."""
         ...

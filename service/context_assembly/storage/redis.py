@@ -197,6 +197,9 @@ class RedisStore:
         except _UNAVAILABLE as err:
             raise StoreUnavailableError(f"Redis store unavailable: {type(err).__name__}") from err
 
+    async def flush(self) -> None:
+        """Nothing to do: ``put`` has stored the record when it returns."""
+
     async def put(self, record: PreparationRecord) -> None:
         """Create the hash and its absolute expiry in one script; an existing id raises."""
         fields: list[bytes | str] = [

@@ -13,8 +13,22 @@ second connection that never waits (``busy_timeout = 0``) and never checkpoints
 ~160 µs for the hop to the worker thread and back, and the hop's wake-ups were what a prepare
 waited for under load. When the write lock is taken (the worker thread or another process is
 writing) the insert fails at once and the same insert goes to the worker thread, which waits as
-every write does. Every ``CHECKPOINT_EVERY`` inline inserts the worker thread runs a ``PASSIVE``
-checkpoint (it fsyncs, so never on the loop); writers do not wait for it.
+every write does. Every ``CHECKPOINT_EVERY`` rows inserted inline the worker thread runs a
+``PASSIVE`` checkpoint (it fsyncs, so never on the loop); writers do not wait for it.
+
+Write delay (``write_delay``, from ``store.write_delay_ms``; 10 ms in the service): a new record
+is not written in its ``put``. The store checks that its id is new (one read on the loop's
+connection), holds the row in memory and, at most ``write_delay`` later, writes every held row in
+one transaction, on the loop's connection like an inline put (on the worker thread when the
+lock is taken). One insert of a prepare's record cost ~75 µs of the loop's time in the service
+(~12 small writes and 6 lock calls per transaction), ten in one transaction ~30 µs each; and
+the write happens between requests, not inside one. Every other operation writes what is held first (``flush``), so this
+process always sees its records; another process sharing the file sees them at most
+``write_delay`` later, or after ``flush``. When a write fails the rows stay held and are retried;
+until one succeeds, ``put`` and every other operation answer ``StoreUnavailableError`` as they
+would without the delay. What a clean shutdown holds is written by ``aclose``; a crash of the
+process loses the records of its last ``write_delay`` (with ``synchronous=NORMAL``, a power loss
+already loses the last transactions). ``write_delay = 0`` writes each record in its ``put``.
 
 Durability and safety (docs: sqlite.org/wal.html): WAL journal, ``synchronous=NORMAL`` (cannot
 corrupt in WAL mode; may lose the last transactions on power loss), busy timeout 5 s by default.
@@ -40,8 +54,10 @@ import concurrent.futures
 import functools
 import os
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
+
+import structlog
 
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage.base import (
@@ -64,8 +80,12 @@ from context_assembly.storage.codec import (
 )
 
 T = TypeVar("T")
+Row = tuple[object, ...]
+
+log = structlog.get_logger("context_assembly.store")
 
 CHECKPOINT_EVERY = 256
+RETRY_SECONDS = 1.0  # a failed write of held rows is tried again after this (and on any call)
 
 SCHEMA_VERSION = 1
 
@@ -121,15 +141,24 @@ class SqliteStore:
         executor: concurrent.futures.ThreadPoolExecutor,
         conn: sqlite3.Connection,
         fast: sqlite3.Connection | None = None,
+        *,
+        write_delay: float = 0.0,
     ):
         """Wrap an already opened connection that belongs to ``executor``'s only thread, and the
-        loop's non-waiting connection for ``put`` (``None``: every put goes to the thread)."""
+        loop's non-waiting connection for ``put`` (``None``: every put goes to the thread, at
+        once). ``write_delay`` (seconds): how long a new record may be held before it is written
+        with the others held (0: each in its ``put``)."""
         self._executor = executor
         self._conn = conn
         self._fast = fast
         self._inline_writes = 0
         self._checkpoint: asyncio.Future[Any] | None = None
         self._closed = False
+        self._write_delay = write_delay if fast is not None else 0.0
+        self._held: dict[str, Row] = {}  # id → row of a record put but not yet written
+        self._timer: asyncio.TimerHandle | None = None
+        self._writing: asyncio.Task[None] | None = None  # the write of the held rows under way
+        self._failure: str | None = None  # why the last write of held rows failed
 
     @classmethod
     async def open(
@@ -138,10 +167,13 @@ class SqliteStore:
         *,
         busy_timeout_ms: int = 5000,
         synchronous: str = "NORMAL",
+        write_delay: float = 0.0,
     ) -> SqliteStore:
         """Open (creating if needed) the database file, switch it to WAL and ensure the schema."""
         if synchronous not in {"NORMAL", "FULL"}:
             raise ValueError("synchronous must be NORMAL or FULL")
+        if not 0 <= write_delay <= 1:
+            raise ValueError("write_delay must be between 0 and 1 second")
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="context-assembly-sqlite"
         )
@@ -158,9 +190,15 @@ class SqliteStore:
             fast = _connect_fast(os.fspath(path), synchronous)
         except sqlite3.Error:
             fast = None  # every put goes to the worker thread, as every other operation does
-        return cls(executor, conn, fast)
+        return cls(executor, conn, fast, write_delay=write_delay)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the worker thread after the held rows, so that it sees them."""
+        if self._held:
+            await self.flush()
+        return await self._submit(fn)
+
+    async def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(conn)`` on the worker thread, mapping a busy or broken database to 503."""
         if self._closed:
             raise StoreUnavailableError("the SQLite store is closed")
@@ -203,6 +241,11 @@ class SqliteStore:
                 reports,
             )
 
+        if self._write_delay and not reports:
+            await self._hold(record.id, row)
+            return
+        if record.id in self._held:
+            raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
         # A new preparation has no reports (the common case): its one INSERT is a transaction
         # of its own on the autocommit connection, without BEGIN and COMMIT round trips.
         write = (
@@ -218,8 +261,78 @@ class SqliteStore:
                 f"preparation id {record.id!r} already exists"
             ) from err
 
-    def _put_inline(self, write: Callable[[sqlite3.Connection], object]) -> bool:
-        """Try the write on the loop's connection; False when it must go to the worker thread."""
+    async def _hold(self, id: str, row: Row) -> None:
+        """Hold a new record's row for the next write of held rows (see the module's notes)."""
+        if self._closed:
+            raise StoreUnavailableError("the SQLite store is closed")
+        if self._failure is not None:
+            await self.flush()  # the file failed last time: fail now as a direct write would
+        assert self._fast is not None  # no delay without the loop's connection
+        try:
+            exists = id in self._held or (
+                self._fast.execute("SELECT 1 FROM preparations WHERE id = ?", (id,)).fetchone()
+                is not None
+            )
+        except sqlite3.Error as err:
+            raise StoreUnavailableError(f"SQLite store unavailable: {err}") from err
+        if exists:
+            raise DuplicatePreparationIdError(f"preparation id {id!r} already exists")
+        self._held[id] = row
+        if self._timer is None and self._writing is None:
+            self._timer = asyncio.get_running_loop().call_later(self._write_delay, self._start)
+
+    def _start(self) -> None:
+        """Write the held rows now: in one transaction on the loop's connection when the write
+        lock is free (a moment of the loop's time, ~30 µs a row in a batch of ten), else on the
+        worker thread, which waits for the lock (``_write_held``). The timer's callback."""
+        self._timer = None
+        if not self._held or self._writing is not None or self._closed:
+            return
+        rows = dict(self._held)
+        if self._put_inline(functools.partial(_insert_rows, list(rows.values())), len(rows)):
+            for id in rows:
+                del self._held[id]
+            self._failure = None
+            return
+        self._writing = asyncio.get_running_loop().create_task(self._write_held())
+
+    async def _write_held(self) -> None:
+        """Write the rows held now in one transaction; they stay held until it has committed."""
+        rows = dict(self._held)
+        try:
+            await self._submit(functools.partial(_insert_rows, list(rows.values())))
+        except (StoreUnavailableError, sqlite3.Error) as err:
+            self._failure = f"SQLite store unavailable: {err}"
+            log.error("store_write_failed", held=len(self._held), error_type=type(err).__name__)
+        else:
+            self._failure = None
+            for id in rows:
+                del self._held[id]
+        finally:
+            self._writing = None
+        if self._held and self._timer is None and not self._closed:
+            delay = RETRY_SECONDS if self._failure is not None else self._write_delay
+            self._timer = asyncio.get_running_loop().call_later(delay, self._start)
+
+    async def flush(self) -> None:
+        """Write every held record now (``StoreUnavailableError`` when that fails): afterwards
+        another process sharing the file sees them too. Every other operation does this first."""
+        while self._held:
+            if self._writing is None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._start()
+            if self._writing is not None:
+                # Shielded: a caller cancelled while waiting does not cut the write of the others.
+                await asyncio.shield(self._writing)
+                if self._failure is not None:
+                    raise StoreUnavailableError(self._failure)
+            elif self._closed:
+                raise StoreUnavailableError("the SQLite store is closed")
+
+    def _put_inline(self, write: Callable[[sqlite3.Connection], object], rows: int = 1) -> bool:
+        """Try the write (of ``rows`` records) on the loop's connection; False when it must go
+        to the worker thread."""
         if self._fast is None or self._closed:
             return False
         try:
@@ -228,10 +341,11 @@ class SqliteStore:
             raise
         except sqlite3.Error:
             return False  # busy (the write lock is held) or anything else: the thread decides
-        self._inline_writes += 1
-        if self._inline_writes % CHECKPOINT_EVERY == 0 and (
+        self._inline_writes += rows
+        if self._inline_writes >= CHECKPOINT_EVERY and (
             self._checkpoint is None or self._checkpoint.done()
         ):
+            self._inline_writes = 0
             loop = asyncio.get_running_loop()
             self._checkpoint = loop.run_in_executor(self._executor, _checkpoint, self._conn)
         return True
@@ -370,9 +484,19 @@ class SqliteStore:
         await self._run(check)
 
     async def aclose(self) -> None:
-        """Close the connection on its thread (after queued work), then stop the thread."""
+        """Write what is held, close the connection on its thread (after queued work), then
+        stop the thread."""
         if self._closed:
             return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        try:
+            await self.flush()
+        except StoreUnavailableError as err:
+            log.error(
+                "store_records_not_written", records=len(self._held), error_type=type(err).__name__
+            )
         self._closed = True
         if self._fast is not None:
             self._fast.close()
@@ -442,6 +566,20 @@ _INSERT_PREPARATION = (
     " (id, tenant, expires_at, refresh_used, version, data, last, auxiliary)"
     " VALUES (?, ?, ?, ?, 1, ?, ?, ?)"
 )
+
+
+def _insert_rows(rows: Sequence[Row], conn: sqlite3.Connection) -> None:
+    """Insert held rows in one transaction. An id another process inserted meanwhile (a
+    collision of two random ids) must not cost the others: then each row is inserted on its own
+    and such a row is dropped and logged."""
+    try:
+        _write(lambda c: c.executemany(_INSERT_PREPARATION, rows), conn)
+    except sqlite3.IntegrityError:
+        for row in rows:
+            try:
+                _execute(_INSERT_PREPARATION, row, conn)
+            except sqlite3.IntegrityError:
+                log.error("store_duplicate_id_dropped", preparation_id=row[0])
 
 
 def _execute(statement: str, params: tuple[object, ...], conn: sqlite3.Connection) -> None:
