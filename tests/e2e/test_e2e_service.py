@@ -226,3 +226,53 @@ def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) 
         "INPUT-TEXT",
     ):
         assert secret not in text
+
+
+def test_records_held_at_sigterm_are_written_and_survive_a_restart(
+    service_factory: ServiceFactory,
+) -> None:
+    """SQLite holds new records up to ``store.write_delay_ms`` (here 1 s): the preparations
+    answered just before SIGTERM are written by the clean stop, and a new process on the same
+    file finds them (``GET`` and ``validate``)."""
+    import sqlite3
+    from pathlib import Path
+
+    toml = config({}).replace("[store]", "[store]\nwrite_delay_ms = 1000")
+    svc = service_factory(toml)
+    body = {
+        "model": "gpt-4o-mini",
+        "instructions": "Be brief.",
+        "plugins": [{"name": "memory", "instructions": "entries"}],
+        "contributions": [
+            {"source": "memory", "revision": 1, "blocks": [{"id": "a", "text": "one fact"}]}
+        ],
+        "input": [{"role": "user", "content": "hello"}],
+    }
+    frames: dict[str, dict[str, Any]] = {}
+    for _ in range(3):
+        answer = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
+        assert answer.status_code == 200
+        prep = answer.json()
+        frames[prep["preparation_id"]] = {
+            "messages": prep["frame"]["messages"],
+            "tools": prep["frame"]["tools"],
+        }
+    ids = list(frames)
+    database = Path(svc.config.read_text().split('path = "')[1].split('"')[0])
+    with sqlite3.connect(database) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM preparations").fetchone()[0] == 0  # still held
+    svc.proc.terminate()
+    svc.proc.wait(10)  # uvicorn shuts down, then ends by its signal (-15), as it does
+    with sqlite3.connect(database) as conn:
+        stored = {row[0] for row in conn.execute("SELECT id FROM preparations")}
+    assert stored == set(ids)
+
+    again = service_factory(svc.config.read_text())  # the same file, a new process
+    for prep_id in ids:
+        assert httpx.get(f"{again.base}/v1/preparations/{prep_id}", timeout=5).status_code == 200
+        check = httpx.post(
+            f"{again.base}/v1/preparations/{prep_id}/validate",
+            json={"model": "gpt-4o-mini", "frame": frames[prep_id]},
+            timeout=5,
+        )
+        assert check.status_code == 200, check.text
