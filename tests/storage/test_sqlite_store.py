@@ -340,8 +340,9 @@ async def test_a_failed_write_keeps_the_records_and_fails_every_call_until_it_su
         held = make_record()
         blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
         await store.put(held)
-        with pytest.raises(StoreUnavailableError):
+        with pytest.raises(StoreUnavailableError) as refused:
             await store.get("acme", held.id, now)
+        assert str(refused.value).startswith("SQLite store unavailable: database is locked")
         with pytest.raises(StoreUnavailableError):
             await store.put(make_record())
         with pytest.raises(StoreUnavailableError):

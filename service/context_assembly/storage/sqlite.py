@@ -290,11 +290,15 @@ class SqliteStore:
             return
         rows = dict(self._held)
         if self._put_inline(functools.partial(_insert_rows, list(rows.values())), len(rows)):
-            for id in rows:
-                del self._held[id]
-            self._failure = None
+            self._written(rows)
             return
         self._writing = asyncio.get_running_loop().create_task(self._write_held())
+
+    def _written(self, rows: Mapping[str, Row]) -> None:
+        """``rows`` (a snapshot of the held ones) have committed: no longer held, no failure."""
+        for id in rows:
+            del self._held[id]
+        self._failure = None
 
     async def _write_held(self) -> None:
         """Write the rows held now in one transaction; they stay held until it has committed."""
@@ -302,12 +306,12 @@ class SqliteStore:
         try:
             await self._submit(functools.partial(_insert_rows, list(rows.values())))
         except (StoreUnavailableError, sqlite3.Error) as err:
-            self._failure = f"SQLite store unavailable: {err}"
+            # ``_submit`` names the store in what it raises; other SQLite errors it lets by.
+            named = isinstance(err, StoreUnavailableError)
+            self._failure = str(err) if named else f"SQLite store unavailable: {err}"
             log.error("store_write_failed", held=len(self._held), error_type=type(err).__name__)
         else:
-            self._failure = None
-            for id in rows:
-                del self._held[id]
+            self._written(rows)
         finally:
             self._writing = None
         if self._held and self._timer is None and not self._closed:
@@ -488,15 +492,15 @@ class SqliteStore:
         stop the thread."""
         if self._closed:
             return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         try:
             await self.flush()
         except StoreUnavailableError as err:
             log.error(
                 "store_records_not_written", records=len(self._held), error_type=type(err).__name__
             )
+        if self._timer is not None:  # the retry a failed flush scheduled: nothing left to run it
+            self._timer.cancel()
+            self._timer = None
         self._closed = True
         if self._fast is not None:
             self._fast.close()
