@@ -311,7 +311,7 @@ async def test_every_other_operation_writes_the_held_records_first(
 async def test_a_held_id_and_a_written_id_are_both_duplicates(
     tmp_path: Path, make_record: RecordFactory
 ) -> None:
-    """``put`` refuses an id that is held and one that is already in the file, as without delay."""
+    """``put`` refuses an id that it holds and one that it has written, as without delay."""
     from context_assembly.storage import DuplicatePreparationIdError
 
     store = await SqliteStore.open(tmp_path / "s.db", write_delay=1.0)
@@ -323,6 +323,68 @@ async def test_a_held_id_and_a_written_id_are_both_duplicates(
         await store.flush()
         with pytest.raises(DuplicatePreparationIdError):
             await store.put(record)
+    finally:
+        await store.aclose()
+
+
+class _Recorder:
+    """Stands in for a module's structlog logger: keeps what was logged at error level."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[str, dict[str, object]]] = []
+
+    def error(self, event: str, **fields: object) -> None:
+        self.errors.append((event, fields))
+
+
+async def test_an_id_already_in_the_file_from_elsewhere_is_refused_when_written(
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A held ``put`` does not read the file for its id: an id another store wrote is refused
+    by the primary key when the held rows are written. That row is dropped and logged, the
+    first record is kept, and the rows held with it are written."""
+    recorder = _Recorder()
+    monkeypatch.setattr(sqlite_module, "log", recorder)
+    path = tmp_path / "s.db"
+    other = await SqliteStore.open(path)
+    store = await SqliteStore.open(path, write_delay=1.0)
+    try:
+        first = make_record()
+        await other.put(first)
+        copy = make_record(id=first.id, data={"other": 1})
+        beside = make_record()
+        await store.put(copy)  # accepted: held, not checked against the file
+        await store.put(beside)
+        await store.flush()
+        assert await store.get("acme", first.id, now) == first
+        assert await store.get("acme", beside.id, now) == beside
+        assert _outside_ids(path) == {first.id, beside.id}
+        assert recorder.errors == [("store_duplicate_id_dropped", {"preparation_id": first.id})]
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_the_ids_a_store_refuses_from_memory_are_bounded(
+    tmp_path: Path, make_record: RecordFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ids a store has written are remembered up to ``RECENT_IDS``, oldest forgotten first;
+    a forgotten one is refused when written instead (the test above)."""
+    from context_assembly.storage import DuplicatePreparationIdError
+
+    monkeypatch.setattr(sqlite_module, "RECENT_IDS", 2)
+    monkeypatch.setattr(sqlite_module, "log", _Recorder())
+    store = await SqliteStore.open(tmp_path / "s.db", write_delay=1.0)
+    try:
+        records = [make_record() for _ in range(3)]
+        for record in records:
+            await store.put(record)
+            await store.flush()
+        for record in records[1:]:
+            with pytest.raises(DuplicatePreparationIdError):
+                await store.put(record)
+        await store.put(records[0])  # forgotten: held again, then refused by the file
+        await store.flush()
     finally:
         await store.aclose()
 

@@ -105,7 +105,8 @@ class Store(Protocol):
 
     async def put(self, record: PreparationRecord) -> None:
         """Create ``record``, expiring at its ``expires_at``; an existing id raises
-        ``DuplicatePreparationIdError``."""
+        ``DuplicatePreparationIdError`` (SQLite with a write delay: an id it holds or wrote
+        recently; one already in the file from elsewhere is dropped and logged when written)."""
         ...
 
     async def flush(self) -> None:
