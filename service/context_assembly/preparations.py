@@ -39,7 +39,6 @@ import httpx
 import orjson
 from pydantic import TypeAdapter
 
-from context_assembly.afterwards import note_wait
 from context_assembly.config import Settings
 from context_assembly.contributors.calls import (
     ContributorOutcome,
@@ -447,7 +446,6 @@ class Preparations:
         outcomes: list[ContributorOutcome] = []
         digests: dict[str, bytes] = {}
         if targets:
-            note_wait()  # its bookkeeping can wait for the next request's wait (afterwards.py)
             # With no time left (a refresh after a slow prepare), every call settles as
             # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
             fields = PacketFields(

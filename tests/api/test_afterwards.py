@@ -173,54 +173,48 @@ def _watching(app: Any, later: Afterwards, seen: list[int]) -> Any:
     return watched
 
 
-def test_a_prepare_that_waited_on_nothing_has_its_bookkeeping_run_right_after_its_answer(
+def test_a_prepare_that_waited_on_nothing_leaves_its_bookkeeping_to_the_timer_too(
     tmp_path: Path,
 ) -> None:
+    """Not on the way out: the observation is pending as the body goes out and the access line
+    is added after it; both run at the timer, with everything deferred meanwhile."""
     app = create_app(load_settings(store={"path": str(tmp_path / "db.db")}))
     metrics = app.state.metrics
-    metrics.later = Afterwards(delay=60.0)  # the timer would not run it within this test
+    metrics.later = Afterwards(delay=0.2)
     seen: list[int] = []
     with TestClient(_watching(app, metrics.later, seen)) as client:
         assert client.post("/v1/prepare", json=basic_request()).status_code == 200
-        # Not on the way out: the observation was pending as the body went out and the access
-        # line was added after it ...
-        assert seen == [1, 2]
-        # ... and both ran at the loop's next turn, long before the 60 s timer.
+        assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+        assert seen == [1, 2, 3, 4]  # the second request's joined the first's: one batch
+        time.sleep(0.05)
+        assert len(metrics.later) == 4  # the timer has not come yet
         deadline = time.monotonic() + 5
         while len(metrics.later) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(metrics.later) == 0
-    assert _prepare_count(metrics.render().decode()) == 1.0
+    assert _prepare_count(metrics.render().decode()) == 2.0
 
 
-def test_a_request_forgets_its_wait_mark_and_does_not_leak_it_to_the_next() -> None:
-    async def main() -> list[bool]:
-        seen = []
-        token = afterwards.begin_request()
-        afterwards.note_wait()
-        seen.append(afterwards.end_request(token))
-        token = afterwards.begin_request()
-        seen.append(afterwards.end_request(token))
-        return seen
-
-    assert asyncio.run(main()) == [True, False]
-
-
-def test_a_next_turn_replaces_the_timer_and_runs_once() -> None:
+def test_one_timer_runs_a_batch_once() -> None:
+    """Work deferred while a timer is set joins it; no second timer runs it again."""
     ran: list[int] = []
 
     async def main() -> None:
-        later = Afterwards(delay=0.01)
+        later = Afterwards(delay=0.02)
         later.defer(ran.append, 1)
-        later.settle(waited=False)
-        later.settle(waited=False)  # already set: nothing more
-        later.defer(ran.append, 2)  # joins the turn already set
-        await asyncio.sleep(0)
+        first = later._handle
+        later.defer(ran.append, 2)
+        assert later._handle is first  # joined the timer already set
+        await asyncio.sleep(0.005)
+        assert ran == []
+        await asyncio.sleep(0.05)
         assert ran == [1, 2]
-        await asyncio.sleep(0.05)  # the timer was cancelled: nothing runs twice
+        later.defer(ran.append, 3)  # a new batch, a new timer
+        assert later._handle is not None and later._handle is not first
+        await asyncio.sleep(0.05)
 
     asyncio.run(main())
-    assert ran == [1, 2]
+    assert ran == [1, 2, 3]
 
 
 def test_the_access_line_keeps_its_request_id(
@@ -236,35 +230,3 @@ def test_the_access_line_keeps_its_request_id(
     access = [c.kwargs for c in captured.calls if c.args == ("request",)]
     assert access[-1]["request_id"] == "rid-42"
     assert access[-1]["route"] == "/healthz" and access[-1]["status"] == 200
-
-
-def test_a_request_that_waited_on_nothing_sets_no_timer_only_its_next_turn() -> None:
-    """Deferred inside a request that has not waited, the work waits for the request's end
-    (``settle``); inside one that waited, the timer is set at once, as outside a request."""
-    ran: list[str] = []
-
-    async def main() -> None:
-        later = Afterwards(delay=60.0)
-        token = afterwards.begin_request()
-        later.defer(ran.append, "quiet")
-        assert later._handle is None  # no timer set only to be replaced
-        later.settle(afterwards.end_request(token))
-        await asyncio.sleep(0)
-        assert ran == ["quiet"]
-
-        token = afterwards.begin_request()
-        afterwards.note_wait()
-        later.defer(ran.append, "waited")
-        assert later._handle is not None and not later._soon  # the timer
-        later.settle(afterwards.end_request(token))
-        await asyncio.sleep(0.01)
-        assert ran == ["quiet"]  # still at the timer, 60 s away
-        later.run_pending()
-        assert ran == ["quiet", "waited"]
-
-        later.defer(ran.append, "outside")  # no request: the timer, as always
-        assert later._handle is not None
-        later.run_pending()
-
-    asyncio.run(main())
-    assert ran == ["quiet", "waited", "outside"]

@@ -10,7 +10,6 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from context_assembly.afterwards import begin_request, end_request
 from context_assembly.api.problems import problem_response
 from context_assembly.errors import PayloadTooLargeError
 from context_assembly.metrics import Metrics
@@ -46,14 +45,12 @@ class RequestContext:
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
-        waiting = begin_request()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             structlog.contextvars.unbind_contextvars("request_id")
             route: Any = scope.get("route")
-            later = self.metrics.later
-            later.defer(
+            self.metrics.later.defer(
                 self._account,
                 scope["method"],
                 getattr(route, "path", "unmatched"),
@@ -61,8 +58,6 @@ class RequestContext:
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
             )
-            # A request that offered no wait to run in has it run right after its answer.
-            later.settle(end_request(waiting))
 
     def _account(
         self, method: str, path: str, status: int, duration_ms: float, request_id: str
