@@ -20,9 +20,9 @@ Write delay (``write_delay``, from ``store.write_delay_ms``; 10 ms in the servic
 not written in its ``put``. The store checks that its id is new to it (not held, not among the
 ``RECENT_IDS`` it wrote last), holds the row in memory and, at most ``write_delay`` later, writes
 every held row in one transaction, on the loop's connection like an inline put (on the worker
-thread when the lock is taken). One insert of a prepare's record cost ~75 µs of the loop's time in the service (~12 small
-writes and 6 lock calls per transaction), ten in one transaction ~30 µs each; and the write happens
-between requests, not inside one. Every other operation writes what is held first (``flush``), so
+thread when the lock is taken). One insert of a prepare's record cost ~75 µs of the loop's time in
+the service (~12 small writes and 6 lock calls per transaction), ten in one transaction ~30 µs
+each; and the write happens between requests, not inside one. Every other operation writes what is held first (``flush``), so
 this process always sees its records; another process sharing the file sees them at most
 ``write_delay`` later, or after ``flush``. When a write fails the rows stay held and are retried;
 until one succeeds, ``put`` and every other operation answer ``StoreUnavailableError`` as they
