@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -39,6 +40,35 @@ def test_requests_reach_the_lean_body_reader(
     assert client.post("/v1/prepare", json=basic_request()).status_code == 200
     assert client.post("/v1/budget", json=basic_request()).status_code == 200
     assert seen == ["PrepareRequest", "PrepareRequest"]
+
+
+def test_the_body_read_by_the_limit_is_not_streamed_again(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BodyLimit leaves the body it read in the scope and the lean reader parses it from there;
+    without it (a request that did not pass the limit) the reader reads the stream as before."""
+    from starlette.requests import Request
+
+    from context_assembly.core.request import PrepareRequest
+
+    async def no_stream(self: Any) -> bytes:
+        raise AssertionError("the body was streamed again")
+
+    streamed = Request.body
+    monkeypatch.setattr(Request, "body", no_stream)
+    client = make_client()
+    assert client.post("/v1/prepare", json=basic_request()).status_code == 200
+    monkeypatch.setattr(Request, "body", streamed)
+
+    raw = orjson.dumps(basic_request())
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    scope = {"type": "http", "method": "POST", "headers": [(b"content-type", b"application/json")]}
+    parsed = asyncio.run(lean.read_body(Request(scope, receive), PrepareRequest))
+    assert parsed == PrepareRequest.model_validate_json(raw)
 
 
 def test_unknown_parameter_kind_falls_back() -> None:

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from context_assembly.api.auth import Authenticator
+from context_assembly.api.middleware import BODY
 from context_assembly.errors import InvalidError
 from context_assembly.validation import invalid_from_errors
 
@@ -47,8 +48,11 @@ def _is_json(content_type: str | None) -> bool:
 
 
 async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
-    """The request body parsed into ``model``; any problem is an InvalidError naming the field."""
-    raw = await request.body()
+    """The request body parsed into ``model``; any problem is an InvalidError naming the field.
+    The body ``BodyLimit`` has read is taken from the scope, not replayed through a stream."""
+    raw = request.scope.get(BODY)
+    if raw is None:
+        raw = await request.body()
     if not raw:
         raise invalid_from_errors([{"loc": (), "msg": "Field required", "type": "missing"}])
     if not _is_json(request.headers.get("content-type")):

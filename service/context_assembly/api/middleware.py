@@ -16,6 +16,8 @@ from context_assembly.metrics import Metrics
 
 log = structlog.get_logger("context_assembly.http")
 REQUEST_ID = "x-request-id"
+# The scope key under which ``BodyLimit`` leaves the body it has read, whole.
+BODY = "context_assembly.body"
 
 
 class RequestContext:
@@ -78,7 +80,10 @@ class BodyLimit:
     """Refuses bodies over ``max_bytes`` with 413 problem+json, by header or while reading.
 
     The body is read here, up to the limit, before the app sees it, and then replayed: an error
-    raised inside the app's own body read would be reported by FastAPI as a parsing error.
+    raised inside the app's own body read would be reported by FastAPI as a parsing error. It is
+    also left whole in the scope (``BODY``), where the lean routes parse it without reading the
+    replayed stream again (2% of the inline prepare's p50 in an A/B: 0.960x and 0.983x over 36
+    rounds, controls 0.984x and 1.003x).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: Callable[[], int]) -> None:
@@ -114,6 +119,7 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        scope[BODY] = body  # the lean routes read it from here (``lean.read_body``)
         await self.app(
             scope,
             _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
