@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from storage_support import RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
@@ -327,24 +328,14 @@ async def test_a_held_id_and_a_written_id_are_both_duplicates(
         await store.aclose()
 
 
-class _Recorder:
-    """Stands in for a module's structlog logger: keeps what was logged at error level."""
-
-    def __init__(self) -> None:
-        self.errors: list[tuple[str, dict[str, object]]] = []
-
-    def error(self, event: str, **fields: object) -> None:
-        self.errors.append((event, fields))
-
-
 async def test_an_id_already_in_the_file_from_elsewhere_is_refused_when_written(
     tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A held ``put`` does not read the file for its id: an id another store wrote is refused
     by the primary key when the held rows are written. That row is dropped and logged, the
     first record is kept, and the rows held with it are written."""
-    recorder = _Recorder()
-    monkeypatch.setattr(sqlite_module, "log", recorder)
+    captured = structlog.testing.CapturingLogger()
+    monkeypatch.setattr(sqlite_module, "log", captured)
     path = tmp_path / "s.db"
     other = await SqliteStore.open(path)
     store = await SqliteStore.open(path, write_delay=1.0)
@@ -359,7 +350,9 @@ async def test_an_id_already_in_the_file_from_elsewhere_is_refused_when_written(
         assert await store.get("acme", first.id, now) == first
         assert await store.get("acme", beside.id, now) == beside
         assert _outside_ids(path) == {first.id, beside.id}
-        assert recorder.errors == [("store_duplicate_id_dropped", {"preparation_id": first.id})]
+        assert [(c.method_name, c.args, c.kwargs) for c in captured.calls] == [
+            ("error", ("store_duplicate_id_dropped",), {"preparation_id": first.id})
+        ]
     finally:
         await store.aclose()
         await other.aclose()
@@ -373,7 +366,7 @@ async def test_the_ids_a_store_refuses_from_memory_are_bounded(
     from context_assembly.storage import DuplicatePreparationIdError
 
     monkeypatch.setattr(sqlite_module, "RECENT_IDS", 2)
-    monkeypatch.setattr(sqlite_module, "log", _Recorder())
+    monkeypatch.setattr(sqlite_module, "log", structlog.testing.CapturingLogger())
     store = await SqliteStore.open(tmp_path / "s.db", write_delay=1.0)
     try:
         records = [make_record() for _ in range(3)]

@@ -22,9 +22,9 @@ not written in its ``put``. The store checks that its id is new to it (not held,
 every held row in one transaction, on the loop's connection like an inline put (on the worker
 thread when the lock is taken). One insert of a prepare's record cost ~75 µs of the loop's time in
 the service (~12 small writes and 6 lock calls per transaction), ten in one transaction ~30 µs
-each; and the write happens between requests, not inside one. Every other operation writes what is held first (``flush``), so
-this process always sees its records; another process sharing the file sees them at most
-``write_delay`` later, or after ``flush``. When a write fails the rows stay held and are retried;
+each; and the write happens between requests, not inside one. Every other operation writes what
+is held first (``flush``), so this process always sees its records; another process sharing the
+file sees them at most ``write_delay`` later, or after ``flush``. When a write fails the rows stay held and are retried;
 until one succeeds, ``put`` and every other operation answer ``StoreUnavailableError`` as they
 would without the delay. What a clean shutdown holds is written by ``aclose``; a crash of the
 process loses the records of its last ``write_delay`` (with ``synchronous=NORMAL``, a power loss
@@ -584,9 +584,9 @@ _INSERT_PREPARATION = (
 
 
 def _insert_rows(rows: Sequence[Row], conn: sqlite3.Connection) -> None:
-    """Insert held rows in one transaction. An id another process inserted meanwhile (a
-    collision of two random ids) must not cost the others: then each row is inserted on its own
-    and such a row is dropped and logged."""
+    """Insert held rows in one transaction. An id already in the file (a collision of two random
+    ids, written by another process or an earlier run) must not cost the others: then each row
+    is inserted on its own and such a row is dropped and logged."""
     try:
         _write(lambda c: c.executemany(_INSERT_PREPARATION, rows), conn)
     except sqlite3.IntegrityError:
