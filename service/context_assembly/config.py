@@ -106,6 +106,9 @@ class LimitSettings(_Section):
     # contributors each. Read at start (a reload does not change it).
     max_contributor_connections: int = Field(default=256, ge=1, le=65_536)
     validate_timeout_ms: int = Field(default=1000, ge=1, le=30_000)
+    # Usage reports one preparation keeps (each ``report_id`` for idempotency); a new one over
+    # it is refused. A preparation serves one model call, its wrap-up and a few repairs.
+    max_usage_reports: int = Field(default=64, ge=1, le=10_000)
 
 
 def is_loopback(host: str) -> bool:

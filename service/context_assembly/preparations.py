@@ -3,9 +3,9 @@ repair and usage (SPEC §3, §3.3). Routes stay thin; this module does the work.
 
 What a stored record holds (SPEC §10): the manifest, budget and hashes of the response, the
 scope, the model, hashes of the instructions, of each original history message and of the
-request's host-side parts, the revisions and targets of webhook contributors, the expiry of
-entered blocks, the contributor time used, and the accounting. Never block bodies, instructions,
-history or input.
+request's host-side parts, the revisions of webhook contributors and how to reach each (source
+and endpoint name or inline URL, never its instructions), the expiry of entered blocks, the
+contributor time used, and the accounting. Never block bodies, instructions, history or input.
 
 Refresh needs the host-side parts of the request to lay the frame out again, and the record does
 not keep them; so the refresh body is the whole edited prepare request (a superset of the
@@ -87,6 +87,7 @@ from context_assembly.errors import (
     InvalidError,
     NotFoundError,
     StaleError,
+    StoreUnavailableError,
     UrlRejectedError,
 )
 from context_assembly.lifecycle import (
@@ -100,7 +101,7 @@ from context_assembly.lifecycle import (
     ValidateRequest,
     ValidateResponse,
 )
-from context_assembly.storage import PreparationRecord, Slot, Store
+from context_assembly.storage import Accounting, PreparationRecord, Slot, Store
 from context_assembly.tokens.registry import ModelRegistry
 
 REPAIR_PROMPT = (
@@ -120,10 +121,30 @@ class Clock:
         return datetime.fromtimestamp(self.wall(), UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedUsage:
+    """What ``usage`` answers, and whether this call applied the report (``False``: a repeat)."""
+
+    response: UsageResponse
+    applied: bool
+
+
 def new_preparation_id() -> str:
     """An unguessable id (144 random bits)."""
     return "prep_" + secrets.token_urlsafe(18)
 
+
+# The record's estimate of the last repair frame (``usage`` with ``call: repair`` is compared
+# with it).
+REPAIR_ESTIMATE: Final = "repair_estimated_input_tokens"
+# Compare-and-set rounds of a repair or a refresh's write before it gives up with a 503: each
+# round lost means another call wrote the record meanwhile (one refresh at most, or a repair).
+REPAIR_ATTEMPTS: Final = 5
+# A refused refresh is used up like a failed one (SPEC §3.3), so its error says what the body
+# must be: the record cannot lay the frame out again from {model, scope, history, input} alone.
+REFRESH_HINT: Final = (
+    " (refresh takes the whole prepare request again, with only history and input edited)"
+)
 
 SHAPE_V2 = "shape2:sha256:"
 # Every field of a contribution but its blocks (which ``blocks_digest`` covers), in fixed order
@@ -132,6 +153,7 @@ CONTRIBUTION_FIELDS = ("source", "revision", "instructions", "recovery_tool")
 _contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
 # The record's contributor list, dumped in one call (a ``model_dump`` each took ~2.5x as long).
 CONTRIBUTOR_REFS: Final = TypeAdapter(list[ContributorRef])
+_REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url"}}
 
 
 def _shape_exclude(request: PrepareRequest) -> set[str]:
@@ -204,8 +226,10 @@ def _request_part(
         "history_hashes": history_hashes
         if history_hashes is not None
         else _message_hashes(request.history_messages),
+        # Only what validate needs to ask each one for its revision again: never its
+        # ``instructions`` (host text the record must not hold, SPEC §10).
         "contributors": CONTRIBUTOR_REFS.dump_python(
-            request.contributors, mode="json", exclude_none=True
+            request.contributors, mode="json", exclude_none=True, include=_REF_FIELDS
         ),
         "timeout_ms": request.options.timeout_ms,
     }
@@ -590,7 +614,7 @@ class Preparations:
             "capacity": response.budget.capacity,
             "reserve": response.budget.response_reserve + response.budget.reasoning_reserve_tokens,
             "estimated_input_tokens": response.budget.total_input_tokens,
-            "repair_estimated_input_tokens": None,
+            REPAIR_ESTIMATE: None,
         }
 
     async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
@@ -651,20 +675,11 @@ class Preparations:
         deadline = self.clock.monotonic() + timeout
         scope = Scope.model_validate(record.data["scope"])
         reasons: list[str] = []
-        pinned_urls: Mapping[str, str] = record.data.get("target_urls", {})
         targets: list[ContributorTarget] = []
         for ref in refs:
             try:
-                if ref.endpoint is not None and ref.source in pinned_urls:
-                    conf = self.settings.contributors.get(ref.endpoint)
-                    secret = conf.secret.get_secret_value() if conf and conf.secret else None
-                    targets.append(
-                        ContributorTarget(
-                            source=ref.source, url=pinned_urls[ref.source], secret=secret
-                        )
-                    )
-                else:
-                    targets.extend(await self._targets(tenant, [ref], deadline))
+                # As registered now: a reload that moved or removed a registration applies.
+                targets.extend(await self._targets(tenant, [ref], deadline))
             except (InvalidError, AssemblyTimeoutError, UrlRejectedError):
                 # A contributor removed from the configuration (or no longer allowed) since prepare.
                 reasons.append(f"revision_unavailable:{ref.source}")
@@ -717,9 +732,9 @@ class Preparations:
         return reasons
 
     @staticmethod
-    def _stale(reasons: list[str], prep_id: str) -> StaleError:
+    def _stale(reasons: list[str], prep_id: str, hint: str = "") -> StaleError:
         return StaleError(
-            f"preparation {prep_id} is stale: {', '.join(reasons)}",
+            f"preparation {prep_id} is stale: {', '.join(reasons)}{hint}",
             reasons=reasons,
             preparation_id=prep_id,
         )
@@ -758,7 +773,7 @@ class Preparations:
         ):
             reasons.append("prefix_changed")
         if reasons:
-            raise self._stale(reasons, prep_id)
+            raise self._stale(reasons, prep_id, hint=REFRESH_HINT)
         setups = plan_sources(request)
         left_ms = float(data["timeout_ms"]) - float(data["used_ms"])
         collected = await self._collect(
@@ -794,68 +809,117 @@ class Preparations:
             used_ms=float(data["used_ms"]) + collected.used_ms,
             history_hashes=original,
         )
-        if not await self.store.replace_data(tenant, prep_id, new_data, self.clock.wall()):
-            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+        await self._replace(tenant, record, new_data, keep=(REPAIR_ESTIMATE,))
         return prepared
 
     # ------------------------------------------------------------------ repair
 
     async def repair(self, tenant: str, prep_id: str, body: RepairRequest) -> RepairResponse:
-        """A formatting/repair frame over the frozen dispatched frame; contributors not called."""
-        record = await self._record(tenant, prep_id)
-        data = record.data
-        reasons = self._frame_reasons(record, body.model, body.scope, body.frame)
-        if text_hash(body.instructions) != data["instructions_hash"]:
-            reasons.append("instructions_changed")
-        reasons += await self._revision_reasons(tenant, record)
-        if reasons:
-            raise self._stale(reasons, prep_id)
-        schema = (
-            ""
-            if body.schema_ is None
-            else (
-                " that matches this JSON Schema: "
-                + orjson.dumps(body.schema_, option=orjson.OPT_SORT_KEYS).decode()
+        """A formatting/repair frame over the frozen dispatched frame; contributors not called.
+
+        The repair frame's estimate is written only over the record its checks read (compare and
+        set on the record's version): when a refresh or another repair wrote in between, the
+        checks run again on what the record holds then, so a repair never undoes a refresh.
+        """
+        for _ in range(REPAIR_ATTEMPTS):
+            record = await self._record(tenant, prep_id)
+            data = record.data
+            reasons = self._frame_reasons(record, body.model, body.scope, body.frame)
+            if text_hash(body.instructions) != data["instructions_hash"]:
+                reasons.append("instructions_changed")
+            reasons += await self._revision_reasons(tenant, record)
+            if reasons:
+                raise self._stale(reasons, prep_id)
+            schema = (
+                ""
+                if body.schema_ is None
+                else (
+                    " that matches this JSON Schema: "
+                    + orjson.dumps(body.schema_, option=orjson.OPT_SORT_KEYS).decode()
+                )
             )
-        )
-        messages = [
-            *body.frame.messages,
-            Message(role="assistant", content=body.answer),
-            Message(role="user", content=REPAIR_PROMPT.format(schema=schema)),
-        ]
-        frame = Frame(messages=messages, tools=body.frame.tools)
-        probe = PrepareRequest(model=data["model"], assembly={"tokenizer": data["tokenizer"]})
-        ctx = model_context(probe, self.registry)
-        counted = count_messages(messages, ctx.counter, ctx.profile)
-        tokens = (
-            counted.tokens
-            + count_tools(frame.tools, ctx.counter, ctx.profile)
-            + ctx.profile.reply_priming
-            + int(data.get("provider_counted_tokens", 0))  # native history: held by the provider
-        )
-        available = int(data["capacity"]) - int(data["reserve"])
-        if tokens > available:
-            raise ContextOverflowError(
-                f"the repair frame needs {tokens} tokens but {available} are available",
-                needed_tokens=tokens,
-                capacity=data["capacity"],
+            messages = [
+                *body.frame.messages,
+                Message(role="assistant", content=body.answer),
+                Message(role="user", content=REPAIR_PROMPT.format(schema=schema)),
+            ]
+            frame = Frame(messages=messages, tools=body.frame.tools)
+            probe = PrepareRequest(model=data["model"], assembly={"tokenizer": data["tokenizer"]})
+            ctx = model_context(probe, self.registry)
+            counted = count_messages(messages, ctx.counter, ctx.profile)
+            tokens = (
+                counted.tokens
+                + count_tools(frame.tools, ctx.counter, ctx.profile)
+                + ctx.profile.reply_priming
+                + int(data.get("provider_counted_tokens", 0))  # native history: the provider's
             )
-        await self.store.replace_data(
-            tenant, prep_id, {**data, "repair_estimated_input_tokens": tokens}, self.clock.wall()
+            available = int(data["capacity"]) - int(data["reserve"])
+            if tokens > available:
+                raise ContextOverflowError(
+                    f"the repair frame needs {tokens} tokens but {available} are available",
+                    needed_tokens=tokens,
+                    capacity=data["capacity"],
+                )
+            if await self.store.replace_data(
+                tenant,
+                prep_id,
+                {**data, REPAIR_ESTIMATE: tokens},
+                self.clock.wall(),
+                expected_version=record.version,
+            ):
+                rendered = render_frame(
+                    frame, data["render"], data["model"], ctx.profile.max_output_tokens
+                )
+                return RepairResponse(
+                    preparation_id=prep_id, frame=rendered, estimated_input_tokens=tokens
+                )
+        raise StoreUnavailableError(
+            f"preparation {prep_id} kept changing while the repair was checked; retry"
         )
-        rendered = render_frame(frame, data["render"], data["model"], ctx.profile.max_output_tokens)
-        return RepairResponse(preparation_id=prep_id, frame=rendered, estimated_input_tokens=tokens)
+
+    async def _replace(
+        self,
+        tenant: str,
+        record: PreparationRecord,
+        new_data: Mapping[str, Any],
+        keep: tuple[str, ...] = (),
+    ) -> None:
+        """Write ``new_data`` over ``record`` by compare and set; when another call wrote in
+        between, carry its ``keep`` fields over and write again over what it left."""
+        current = record
+        for _ in range(REPAIR_ATTEMPTS):
+            data = dict(new_data)
+            for name in keep:
+                if name in current.data:
+                    data[name] = current.data[name]
+                else:
+                    data.pop(name, None)
+            if await self.store.replace_data(
+                tenant, record.id, data, self.clock.wall(), expected_version=current.version
+            ):
+                return
+            current = await self._record(tenant, record.id)
+        raise StoreUnavailableError(f"preparation {record.id} kept changing; retry")
 
     # ------------------------------------------------------------------ usage
 
-    async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> UsageResponse:
-        """Record one provider usage report; the same ``report_id`` twice changes nothing."""
+    async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> RecordedUsage:
+        """Record one provider usage report; the same ``report_id`` twice changes nothing.
+
+        A ``report_id`` the record already holds is answered from it before the body is read
+        again, so a repeat answers the same whatever it carries. A new one over
+        ``limits.max_usage_reports`` for this preparation is refused (422): the reports are
+        kept for idempotency and every lifecycle call reads them.
+        """
         record = await self._record(tenant, prep_id)
-        normalized = normalize_usage(body.provider, body.usage)
         data = record.data
+        seen = record.reports.get(body.report_id)
+        if seen is not None:
+            return RecordedUsage(self._usage_response(prep_id, data, seen), applied=False)
+        normalized = normalize_usage(body.provider, body.usage)
         estimate = data["estimated_input_tokens"]
-        if body.call == "repair" and data.get("repair_estimated_input_tokens") is not None:
-            estimate = data["repair_estimated_input_tokens"]
+        if body.call == "repair" and data.get(REPAIR_ESTIMATE) is not None:
+            estimate = data[REPAIR_ESTIMATE]
         observation = accounting_observation(
             normalized,
             int(estimate),
@@ -865,18 +929,31 @@ class Preparations:
             rfc3339(self.clock.now()),
         )
         slot: Slot = "auxiliary" if body.call == "repair" else "last"
+        limit = self.settings.limits.max_usage_reports
         result = await self.store.record_usage(
-            tenant, prep_id, body.report_id, slot, observation, self.clock.wall()
+            tenant, prep_id, body.report_id, slot, observation, self.clock.wall(), max_reports=limit
         )
+        if result.status == "full":
+            raise InvalidError(
+                f"preparation {prep_id} already holds {limit} usage reports"
+                " (limits.max_usage_reports)",
+                max_usage_reports=limit,
+            )
         if result.status == "missing" or result.accounting is None:
             raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
-        accounting = AccountingReport.model_validate(
-            {
-                "estimated_input_tokens": data["estimated_input_tokens"],
-                **result.accounting.as_dict(),
-            }
+        return RecordedUsage(
+            self._usage_response(prep_id, data, result.accounting),
+            applied=result.status == "applied",
         )
-        return UsageResponse(preparation_id=prep_id, accounting=accounting)
+
+    @staticmethod
+    def _usage_response(
+        prep_id: str, data: Mapping[str, Any], accounting: Accounting
+    ) -> UsageResponse:
+        report = AccountingReport.model_validate(
+            {"estimated_input_tokens": data["estimated_input_tokens"], **accounting.as_dict()}
+        )
+        return UsageResponse(preparation_id=prep_id, accounting=report)
 
     # ------------------------------------------------------------------ breakdown
 
@@ -885,4 +962,4 @@ class Preparations:
         return await self.get(tenant, prep_id)
 
 
-__all__ = ["Clock", "Preparations", "new_preparation_id"]
+__all__ = ["Clock", "Preparations", "RecordedUsage", "new_preparation_id"]

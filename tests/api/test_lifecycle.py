@@ -146,6 +146,64 @@ class TestRefreshRepair:
         assert stale.status_code == 409
         assert stale.json()["reasons"] == ["instructions_changed"]
 
+    def test_a_write_during_the_repair_check_is_not_undone(self, make_client: AppFactory) -> None:
+        """While repair awaits a revision query, another call rewrites the record (a refresh
+        does): the repair checks the frame again against what the record holds then (409 here),
+        and leaves that write as it is. Without the compare and set it answered 200 and wrote
+        the old record back."""
+        writes: list[int] = []
+        app_state: dict[str, Any] = {}
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            packet = orjson.loads(request.content)
+            if packet["type"] == "revision" and not writes:
+                store = app_state["store"]
+                record = await store.get("default", app_state["id"], app_state["now"]())
+                response = {**record.data["response"], "input_hash": "sha256:refreshed"}
+                changed = {**record.data, "response": {**response, "attempt": 2}}
+                assert await store.replace_data("default", record.id, changed, app_state["now"]())
+                writes.append(record.version + 1)
+            return httpx.Response(
+                200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]}
+            )
+
+        client = make_client(
+            contributor_transport=httpx.MockTransport(handler),
+            contributors={"hook": {"url": "http://contributor.test/hook"}},
+        )
+        body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+        body["plugins"] = [*body["plugins"], {"name": "docs"}]
+        prep = _prepare(client, body)
+        preparations = client.app.state.preparations  # type: ignore[attr-defined]
+        app_state.update(
+            store=preparations.store, id=prep["preparation_id"], now=preparations.clock.wall
+        )
+        repair = {
+            "model": "gpt-4o-mini",
+            "instructions": body["instructions"],
+            "frame": neutral_frame(prep),
+            "answer": "A42: unknown",
+        }
+        path = f"/v1/preparations/{prep['preparation_id']}/repair"
+        stale = client.post(path, json=repair)
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["reasons"] == ["input_changed"]
+        view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
+        assert view["attempt"] == 2 and view["input_hash"] == "sha256:refreshed", "the write stays"
+        assert writes == [2]
+
+    def test_a_refused_refresh_says_what_the_body_must_be(self, make_client: AppFactory) -> None:
+        """A refresh body shaped {model, scope, history, input} cannot be laid out again: the 409
+        says the whole prepare request is expected."""
+        client = make_client()
+        body = basic_request()
+        prep = _prepare(client, body)
+        short = {key: body[key] for key in ("model", "history", "input")}
+        refused = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=short)
+        assert refused.status_code == 409
+        assert refused.json()["reasons"] == ["prefix_changed"]
+        assert "whole prepare request" in refused.json()["detail"]
+
 
 class TestUsage:
     REPORTS: ClassVar[list[tuple[str, dict[str, Any], tuple[int, int, int | None, int]]]] = [
@@ -237,6 +295,99 @@ class TestUsage:
         assert accounting["auxiliary"]["provider_input_tokens"] == 300
         view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
         assert view["accounting"] == accounting
+
+    def test_a_repeat_is_answered_from_the_record_and_observed_once(
+        self, make_client: AppFactory
+    ) -> None:
+        """A repeated report_id answers the first answer even with a body that would now be
+        refused, and the delta histogram counts the report once."""
+        client = make_client()
+        prep = _prepare(client)
+        path = f"/v1/preparations/{prep['preparation_id']}/usage"
+        main = {"report_id": "r1", "provider": "anthropic", "call": "main"}
+        first = client.post(path, json={**main, "usage": {"input_tokens": 100}})
+        assert first.status_code == 200, first.text
+        for usage in ({"input_tokens": 5}, {"input_tokens": -1}):
+            again = client.post(path, json={**main, "usage": usage})
+            assert again.status_code == 200 and again.json() == first.json()
+        metrics = client.get("/metrics").text
+        assert 'context_assembly_usage_input_token_delta_count{provider="anthropic"} 1.0' in metrics
+
+    def test_reports_per_preparation_are_limited(self, make_client: AppFactory) -> None:
+        """Past limits.max_usage_reports a new report_id is refused with 422 naming the limit;
+        the reports already applied still answer as before."""
+        client = make_client(limits={"max_usage_reports": 2})
+        prep = _prepare(client)
+        path = f"/v1/preparations/{prep['preparation_id']}/usage"
+        answers = []
+        for report_id in ("r1", "r2", "r3"):
+            answers.append(
+                client.post(
+                    path,
+                    json={
+                        "report_id": report_id,
+                        "provider": "openai",
+                        "call": "main",
+                        "usage": {"prompt_tokens": 10},
+                    },
+                )
+            )
+        assert [a.status_code for a in answers] == [200, 200, 422]
+        problem = answers[2].json()
+        assert problem["code"] == "CONTEXT_ASSEMBLY_INVALID"
+        assert "limits.max_usage_reports" in problem["detail"]
+        assert problem["max_usage_reports"] == 2
+        repeat = client.post(
+            path,
+            json={"report_id": "r2", "provider": "openai", "call": "main", "usage": {}},
+        )
+        assert repeat.status_code == 200 and repeat.json() == answers[1].json()
+
+    def test_counts_adding_up_past_max_count_are_refused(self, make_client: AppFactory) -> None:
+        """Anthropic parts whose sum is past 2^53 - 1 (once past 64 bits: a 500 at the store)
+        answer 422 naming the usage object."""
+        client = make_client()
+        prep = _prepare(client)
+        response = client.post(
+            f"/v1/preparations/{prep['preparation_id']}/usage",
+            json={
+                "report_id": "big",
+                "provider": "anthropic",
+                "call": "main",
+                "usage": {"input_tokens": 2**64 - 1, "cache_read_input_tokens": 10},
+            },
+        )
+        assert response.status_code == 422, response.text
+        assert response.json()["field"] == "usage.input_tokens"
+
+
+def test_the_record_keeps_no_contributor_instructions(
+    make_client: AppFactory, tmp_path: Any
+) -> None:
+    """A contributor's ``instructions`` (host text) never reach the SQLite file; what validate
+    needs (source and endpoint) does."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        packet = orjson.loads(request.content)
+        if packet["type"] == "revision":
+            return httpx.Response(200, json={"revision": "r1", "blocks": []})
+        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]})
+
+    path = tmp_path / "plain.db"
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={"hook": {"url": "http://contributor.test/hook"}},
+        store={"path": str(path), "write_delay_ms": 0},
+    )
+    body = basic_request(
+        contributors=[{"source": "docs", "endpoint": "hook", "instructions": "CONTRIB-INSTR-5e1d"}]
+    )
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    prep = _prepare(client, body)
+    assert _validate(client, prep).status_code == 200
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("plain.db*"))
+    assert b'"endpoint":"hook"' in stored
+    assert b"CONTRIB-INSTR" not in stored
 
 
 class TestTenancy:

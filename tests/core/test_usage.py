@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from context_assembly.core.usage import (
+    MAX_COUNT,
     NormalizedUsage,
     Provider,
     accounting_observation,
@@ -290,11 +291,12 @@ def test_anthropic_input_is_the_sum_of_its_three_parts(
 
 @settings(max_examples=examples(100))
 @given(
-    prompt=st.integers(min_value=0, max_value=10**9),
     cached=st.integers(min_value=0, max_value=10**9),
+    uncached=st.integers(min_value=0, max_value=10**9),
 )
-def test_openai_and_gemini_input_already_include_cached_tokens(prompt: int, cached: int) -> None:
+def test_openai_and_gemini_input_already_include_cached_tokens(cached: int, uncached: int) -> None:
     """For OpenAI and Gemini the reported input is taken as is, never added to the cached part."""
+    prompt = cached + uncached
     chat = normalize_usage(
         "openai", {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": cached}}
     )
@@ -302,6 +304,91 @@ def test_openai_and_gemini_input_already_include_cached_tokens(prompt: int, cach
         "google", {"usageMetadata": {"promptTokenCount": prompt, "cachedContentTokenCount": cached}}
     )
     assert chat.provider_input_tokens == gemini.provider_input_tokens == prompt
+
+
+@settings(max_examples=examples(100))
+@given(
+    prompt=st.integers(min_value=0, max_value=10**9),
+    over=st.integers(min_value=1, max_value=10**9),
+)
+def test_a_cached_part_larger_than_its_input_is_refused(prompt: int, over: int) -> None:
+    """Cached input is part of the input: a report with more cached than input tokens is refused
+    by the cached field's path, for every shape that reports both."""
+    cases: list[tuple[Provider, Any, str]] = [
+        (
+            "openai",
+            {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": prompt + over}},
+            "usage.prompt_tokens_details.cached_tokens",
+        ),
+        (
+            "openai",
+            {"input_tokens": prompt, "input_tokens_details": {"cache_write_tokens": prompt + over}},
+            "usage.input_tokens_details.cache_write_tokens",
+        ),
+        (
+            "google",
+            {
+                "usageMetadata": {
+                    "promptTokenCount": prompt,
+                    "cachedContentTokenCount": prompt + over,
+                }
+            },
+            "usage.usageMetadata.cachedContentTokenCount",
+        ),
+        (
+            "normalized",
+            {"provider_input_tokens": prompt, "cached_input_tokens": prompt + over},
+            "usage.cached_input_tokens",
+        ),
+    ]
+    for provider, usage, field in cases:
+        with pytest.raises(InvalidError) as caught:
+            normalize_usage(provider, usage)
+        assert caught.value.extensions["field"] == field
+
+
+def test_cached_and_written_parts_together_cannot_exceed_the_input() -> None:
+    """OpenAI's cached and cache-write tokens are disjoint parts of the input: both may fit alone
+    and still be refused together; exactly filling the input is accepted."""
+    details = {"cached_tokens": 6, "cache_write_tokens": 5}
+    with pytest.raises(InvalidError) as caught:
+        normalize_usage("openai", {"prompt_tokens": 10, "prompt_tokens_details": details})
+    assert caught.value.extensions["field"] == "usage.prompt_tokens_details.cache_write_tokens"
+    fits = normalize_usage("openai", {"prompt_tokens": 11, "prompt_tokens_details": details})
+    assert (fits.cached_input_tokens, fits.cache_creation_input_tokens) == (6, 5)
+
+
+def test_counts_and_their_sums_stop_at_max_count() -> None:
+    """A count above 2^53 - 1, or a sum of counts above it, is refused by path: nothing reaches
+    the store that a JSON client could not read exactly (a sum past 64 bits once answered 500)."""
+    assert (
+        normalize_usage("openai", {"prompt_tokens": MAX_COUNT}).provider_input_tokens == MAX_COUNT
+    )
+    refused: list[tuple[Provider, Any, str]] = [
+        ("openai", {"prompt_tokens": MAX_COUNT + 1}, "usage.prompt_tokens"),
+        ("anthropic", {"input_tokens": MAX_COUNT, "cache_read_input_tokens": 1}, "usage"),
+        (
+            "anthropic",
+            {
+                "input_tokens": 1,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": MAX_COUNT,
+                    "ephemeral_1h_input_tokens": 1,
+                },
+            },
+            "usage.cache_creation",
+        ),
+        (
+            "google",
+            {"usageMetadata": {"candidatesTokenCount": MAX_COUNT, "thoughtsTokenCount": 5}},
+            "usage.usageMetadata",
+        ),
+        ("google", {"candidatesTokenCount": 2**64 - 1}, "usage.candidatesTokenCount"),
+    ]
+    for provider, usage, field in refused:
+        with pytest.raises(InvalidError) as caught:
+            normalize_usage(provider, usage)
+        assert caught.value.extensions["field"] == field, usage
 
 
 INVALID: list[tuple[str, Provider, Any, str]] = [

@@ -239,6 +239,46 @@ async def test_concurrent_distinct_reports_lose_no_update(
     assert got is not None and set(got.reports) == {f"r{i}" for i in range(20)}
 
 
+async def test_reports_stop_at_max_reports_even_when_racing(
+    store_factory: StoreFactory, make_record: RecordFactory, now: float
+) -> None:
+    """With ``max_reports`` 5, twelve distinct reports racing on two replicas: five applied,
+    seven ``full`` that change nothing; an applied id still answers as a duplicate; records
+    given reports by ``put`` count them."""
+    stores = [await store_factory(), await store_factory()]
+    record = make_record()
+    await stores[0].put(record)
+    await stores[0].flush()  # the other replica reads the file
+    results = await asyncio.gather(
+        *(
+            stores[i % 2].record_usage(
+                "acme", record.id, f"r{i}", "last", {"i": i}, now, max_reports=5
+            )
+            for i in range(12)
+        )
+    )
+    assert sorted(r.status for r in results) == ["applied"] * 5 + ["full"] * 7
+    assert all(r.accounting is None for r in results if r.status == "full")
+    got = await stores[1].get("acme", record.id, now)
+    applied = {f"r{i}" for i, r in enumerate(results) if r.status == "applied"}
+    assert got is not None and set(got.reports) == applied
+    repeat = await stores[0].record_usage(
+        "acme", record.id, sorted(applied)[0], "last", MAIN, now, max_reports=5
+    )
+    assert repeat.status == "duplicate"
+    assert (await stores[0].record_usage("acme", record.id, "r-new", "last", MAIN, now)).status == (
+        "applied"
+    ), "without max_reports there is no limit"
+
+    answered = Accounting(last=MAIN, auxiliary=None)
+    given = make_record(reports={"a": answered, "b": answered})
+    await stores[0].put(given)
+    await stores[0].flush()
+    assert (
+        await stores[1].record_usage("acme", given.id, "c", "last", MAIN, now, max_reports=2)
+    ).status == "full"
+
+
 async def test_claim_refresh_succeeds_exactly_once_under_concurrency(
     store_factory: StoreFactory, make_record: RecordFactory, now: float
 ) -> None:

@@ -4,8 +4,10 @@ What reloads: API keys, registered contributors, the inline-URL allowlist and li
 not: ``[server]`` and ``[store]`` (a new bind or store needs a restart); a file that changes them
 is refused like an invalid one. A refused reload changes nothing: the running configuration
 stays, and one log line says why (field locations and messages only, never values, which could be
-secrets). Requests in flight finish with the configuration they started with; preparations made
-before a reload keep validating against the contributor URLs they used (the record keeps them).
+secrets). Requests in flight finish with the configuration they started with; a later validate
+asks each contributor for its revision as registered then (the record keeps source and endpoint
+name or inline URL, never the registered URL), so a removed registration is
+``revision_unavailable``.
 """
 
 from __future__ import annotations

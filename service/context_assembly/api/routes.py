@@ -192,11 +192,16 @@ async def usage(
     preparation_id: str, body: UsageRequest, tenant: Tenant, service: Service, metrics: MetricsDep
 ) -> UsageResponse:
     """Record the provider's usage object; the same ``report_id`` twice changes nothing."""
-    response = await service.usage(tenant, preparation_id, body)
-    last = response.accounting.last
-    if last is not None and last.report_id == body.report_id and last.input_token_delta is not None:
+    recorded = await service.usage(tenant, preparation_id, body)
+    last = recorded.response.accounting.last
+    if (
+        recorded.applied  # a repeated report_id is observed once, by its first call
+        and last is not None
+        and last.report_id == body.report_id
+        and last.input_token_delta is not None
+    ):
         metrics.usage_delta.labels(body.provider).observe(last.input_token_delta)
-    return response
+    return recorded.response
 
 
 @v1.get(

@@ -21,6 +21,11 @@ Rules shared by every shape:
   are refused with :class:`~context_assembly.errors.InvalidError` whose ``field`` extension names
   the offending path (for example ``usage.prompt_tokens_details.cached_tokens``). A nested object
   of the wrong type (``"prompt_tokens_details": 5``) is refused the same way.
+- Every count, and every sum this module forms, is at most ``MAX_COUNT`` (2^53 − 1, the largest
+  integer every JSON client reads exactly); a larger one is refused the same way.
+- The cached and cache-creation parts of the input cannot exceed the input they are part of
+  (together): a report saying so is refused, naming the part, rather than stored as a negative
+  uncached input.
 - Fields this module does not read (``total_tokens``, modality breakdowns, ...) are ignored, so a
   provider adding fields never breaks a report.
 
@@ -51,6 +56,10 @@ from context_assembly.errors import InvalidError
 
 Provider = Literal["openai", "anthropic", "google", "normalized"]
 CallKind = Literal["main", "wrap_up", "repair"]
+
+# The largest count accepted (2^53 - 1): every JSON client reads it exactly, and no sum of a few
+# of them overflows a 64-bit integer where the record is stored.
+MAX_COUNT = 2**53 - 1
 
 NORMALIZED_FIELDS = (
     "provider_input_tokens",
@@ -95,13 +104,35 @@ def _count(obj: Mapping[str, Any], key: str, path: str) -> int | None:
         raise _invalid(f"{path}.{key}", "must be a non-negative integer")
     if value < 0:
         raise _invalid(f"{path}.{key}", "must not be negative")
+    if value > MAX_COUNT:
+        raise _invalid(f"{path}.{key}", f"must be at most {MAX_COUNT}")
     return value
+
+
+def _bounded(total: int | None, path: str, what: str) -> int | None:
+    """A sum of counts, refused (naming ``path``) above ``MAX_COUNT``."""
+    if total is not None and total > MAX_COUNT:
+        raise _invalid(path, f"{what} add up to more than {MAX_COUNT}")
+    return total
 
 
 def _sum_present(*values: int | None) -> int | None:
     """The sum of the values that are present; ``None`` only when none is."""
     present = [value for value in values if value is not None]
     return sum(present) if present else None
+
+
+def _parts_within(total: int | None, total_path: str, *parts: tuple[int | None, str]) -> None:
+    """Refuse input parts (cached, cache creation) that exceed the input they are part of."""
+    if total is None:
+        return
+    for value, path in parts:
+        if value is not None and value > total:
+            raise _invalid(path, f"({value}) exceeds {total_path} ({total}), which includes it")
+    present = [(value, path) for value, path in parts if value is not None]
+    if len(present) > 1 and sum(value for value, _ in present) > total:
+        names = " and ".join(path for _, path in present)
+        raise _invalid(present[-1][1], f"together with the others, {names} exceed {total_path}")
 
 
 # --------------------------------------------------------------------------- providers
@@ -140,14 +171,19 @@ def _openai(usage: Mapping[str, Any]) -> NormalizedUsage:
         )
     details = _object(usage.get(details_key), f"usage.{details_key}")
     details_path = f"usage.{details_key}"
+    total = _count(usage, input_key, "usage")
+    cached = None if details is None else _count(details, "cached_tokens", details_path)
+    written = None if details is None else _count(details, "cache_write_tokens", details_path)
+    _parts_within(
+        total,
+        f"usage.{input_key}",
+        (cached, f"{details_path}.cached_tokens"),
+        (written, f"{details_path}.cache_write_tokens"),
+    )
     return NormalizedUsage(
-        provider_input_tokens=_count(usage, input_key, "usage"),
-        cached_input_tokens=None
-        if details is None
-        else _count(details, "cached_tokens", details_path),
-        cache_creation_input_tokens=(
-            None if details is None else _count(details, "cache_write_tokens", details_path)
-        ),
+        provider_input_tokens=total,
+        cached_input_tokens=cached,
+        cache_creation_input_tokens=written,
         output_tokens=_count(usage, output_key, "usage"),
     )
 
@@ -172,13 +208,21 @@ def _anthropic(usage: Mapping[str, Any]) -> NormalizedUsage:
     if cache_creation is None:
         by_ttl = _object(usage.get("cache_creation"), "usage.cache_creation")
         if by_ttl is not None:
-            cache_creation = _sum_present(
-                _count(by_ttl, "ephemeral_5m_input_tokens", "usage.cache_creation"),
-                _count(by_ttl, "ephemeral_1h_input_tokens", "usage.cache_creation"),
+            cache_creation = _bounded(
+                _sum_present(
+                    _count(by_ttl, "ephemeral_5m_input_tokens", "usage.cache_creation"),
+                    _count(by_ttl, "ephemeral_1h_input_tokens", "usage.cache_creation"),
+                ),
+                "usage.cache_creation",
+                "the ephemeral input tokens",
             )
     total = None
     if input_tokens is not None:
-        total = input_tokens + (cache_read or 0) + (cache_creation or 0)
+        total = _bounded(
+            input_tokens + (cache_read or 0) + (cache_creation or 0),
+            "usage",
+            "input_tokens, cache_read_input_tokens and cache_creation_input_tokens",
+        )
     return NormalizedUsage(
         provider_input_tokens=total,
         cached_input_tokens=cache_read,
@@ -230,13 +274,18 @@ def _google(usage: Mapping[str, Any]) -> NormalizedUsage:
         body = inner
     candidates = _gemini_count(body, "candidatesTokenCount", "candidates_token_count", path)
     thoughts = _gemini_count(body, "thoughtsTokenCount", "thoughts_token_count", path)
+    prompt = _gemini_count(body, "promptTokenCount", "prompt_token_count", path)
+    cached = _gemini_count(body, "cachedContentTokenCount", "cached_content_token_count", path)
+    _parts_within(prompt, f"{path}.promptTokenCount", (cached, f"{path}.cachedContentTokenCount"))
     return NormalizedUsage(
-        provider_input_tokens=_gemini_count(body, "promptTokenCount", "prompt_token_count", path),
-        cached_input_tokens=_gemini_count(
-            body, "cachedContentTokenCount", "cached_content_token_count", path
-        ),
+        provider_input_tokens=prompt,
+        cached_input_tokens=cached,
         cache_creation_input_tokens=None,
-        output_tokens=_sum_present(candidates, thoughts),
+        output_tokens=_bounded(
+            _sum_present(candidates, thoughts),
+            path,
+            "candidatesTokenCount and thoughtsTokenCount",
+        ),
     )
 
 
@@ -245,7 +294,14 @@ def _normalized(usage: Mapping[str, Any]) -> NormalizedUsage:
     unknown = sorted(str(key) for key in usage if key not in NORMALIZED_FIELDS)
     if unknown:
         raise _invalid(f"usage.{unknown[0]}", "is not a normalized usage field")
-    return NormalizedUsage(**{name: _count(usage, name, "usage") for name in NORMALIZED_FIELDS})
+    counts = {name: _count(usage, name, "usage") for name in NORMALIZED_FIELDS}
+    _parts_within(
+        counts["provider_input_tokens"],
+        "usage.provider_input_tokens",
+        (counts["cached_input_tokens"], "usage.cached_input_tokens"),
+        (counts["cache_creation_input_tokens"], "usage.cache_creation_input_tokens"),
+    )
+    return NormalizedUsage(**counts)
 
 
 # --------------------------------------------------------------------------- public API

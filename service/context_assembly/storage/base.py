@@ -15,7 +15,8 @@ Rules every backend keeps (the contract suite in ``tests/storage`` checks them a
 - ``claim_refresh`` succeeds at most once per record, even with concurrent callers on different
   replicas.
 - ``record_usage`` is atomic and idempotent by ``report_id``: a repeated id changes nothing and
-  answers exactly what the first call answered.
+  answers exactly what the first call answered. With ``max_reports`` a new id on a record that
+  already holds that many reports changes nothing and answers ``"full"``.
 - Connection failures, timeouts and a busy database raise ``StoreUnavailableError`` (retryable,
   503); they never hang past the backend's deadline.
 
@@ -41,7 +42,7 @@ SLOTS: tuple[Slot, ...] = ("last", "auxiliary")
 ClaimResult = Literal["claimed", "used", "missing"]
 """``claimed``: this caller owns the one refresh; ``used``: someone already did; ``missing``: no record."""
 
-UsageStatus = Literal["applied", "duplicate", "missing"]
+UsageStatus = Literal["applied", "duplicate", "full", "missing"]
 
 
 class DuplicatePreparationIdError(RuntimeError):
@@ -91,7 +92,8 @@ class PreparationRecord:
 
 @dataclass(frozen=True, slots=True)
 class UsageResult:
-    """The outcome of ``record_usage``; ``accounting`` is ``None`` only when ``status`` is ``missing``."""
+    """The outcome of ``record_usage``; ``accounting`` is ``None`` when ``status`` is ``missing``
+    or ``full``."""
 
     status: UsageStatus
     accounting: Accounting | None
@@ -146,8 +148,10 @@ class Store(Protocol):
         slot: Slot,
         observation: Observation,
         now: float,
+        max_reports: int | None = None,
     ) -> UsageResult:
-        """Atomically apply one usage report (see the module docstring for the rules)."""
+        """Atomically apply one usage report (see the module docstring for the rules); a new
+        ``report_id`` on a record holding ``max_reports`` reports is ``"full"``."""
         ...
 
     async def purge_expired(self, now: float) -> int:

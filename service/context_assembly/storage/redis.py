@@ -14,6 +14,7 @@ field               value
 ``last``            orjson bytes of the main-call observation; absent until reported
 ``auxiliary``       orjson bytes of the repair observation; absent until reported
 ``r:<report_id>``   the ``[last, auxiliary]`` JSON answered for that report (idempotency)
+``reports``         how many ``r:`` fields there are (``max_reports``); absent counts as 0
 ==================  ========================================================================
 
 Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
@@ -135,13 +136,17 @@ return 'claimed'
 )
 
 # KEYS[1] record; ARGV tenant, now, report field ('r:<report_id>'), slot ('last'|'auxiliary'),
-# observation JSON. Returns {'missing'}, {'duplicate', answer} or {'applied', answer}.
+# observation JSON, most reports ('' = no limit). Returns {'missing'}, {'full'},
+# {'duplicate', answer} or {'applied', answer}.
 _USAGE_LUA = (
     _LIVE_LUA
     + """
 if not live(KEYS[1], ARGV[1], ARGV[2]) then return {'missing'} end
 local seen = redis.call('HGET', KEYS[1], ARGV[3])
 if seen then return {'duplicate', seen} end
+local held = tonumber(redis.call('HGET', KEYS[1], 'reports') or '0')
+if ARGV[6] ~= '' and held >= tonumber(ARGV[6]) then return {'full'} end
+redis.call('HSET', KEYS[1], 'reports', held + 1)
 redis.call('HSET', KEYS[1], ARGV[4], ARGV[5])
 local acc = redis.call('HMGET', KEYS[1], 'last', 'auxiliary')
 local answer = '[' .. (acc[1] or 'null') .. ',' .. (acc[2] or 'null') .. ']'
@@ -223,6 +228,8 @@ class RedisStore:
                 REPORT_FIELD_PREFIX + report_id.encode(),
                 encode_answer(dump_optional(answer.last), dump_optional(answer.auxiliary)),
             ]
+        if record.reports:
+            fields += ["reports", str(len(record.reports))]
         # Round up so Redis never drops the key before the record is logically expired.
         expire_ms = str(math.ceil(record.expires_at * 1000))
         created = await self._call(self._put(keys=[self.key(record.id)], args=[expire_ms, *fields]))
@@ -291,8 +298,9 @@ class RedisStore:
         slot: Slot,
         observation: Observation,
         now: float,
+        max_reports: int | None = None,
     ) -> UsageResult:
-        """Check liveness, dedupe by ``report_id`` and apply, in one script."""
+        """Check liveness, dedupe by ``report_id``, count and apply, in one script."""
         checked = check_slot(slot)
         result = await self._call(
             self._usage(
@@ -303,12 +311,15 @@ class RedisStore:
                     REPORT_FIELD_PREFIX + report_id.encode(),
                     checked,
                     dump_object(observation),
+                    "" if max_reports is None else str(int(max_reports)),
                 ],
             )
         )
         status = result[0]
         if status == b"missing":
             return UsageResult("missing", None)
+        if status == b"full":
+            return UsageResult("full", None)
         accounting = decode_answer(result[1])
         if status == b"duplicate":
             return UsageResult("duplicate", accounting)

@@ -445,8 +445,10 @@ class SqliteStore:
         slot: Slot,
         observation: Observation,
         now: float,
+        max_reports: int | None = None,
     ) -> UsageResult:
-        """Check liveness, dedupe by ``report_id`` and apply, all in one ``BEGIN IMMEDIATE``."""
+        """Check liveness, dedupe by ``report_id``, count and apply, all in one ``BEGIN
+        IMMEDIATE``."""
         column = _SLOT_COLUMN[check_slot(slot)]
         blob = dump_object(observation)
 
@@ -462,6 +464,12 @@ class SqliteStore:
             ).fetchone()
             if seen is not None:
                 return UsageResult("duplicate", decode_answer(seen[0]))
+            if max_reports is not None:
+                (held,) = conn.execute(
+                    "SELECT COUNT(*) FROM usage_reports WHERE preparation_id = ?", (id,)
+                ).fetchone()
+                if held >= max_reports:
+                    return UsageResult("full", None)
             last, auxiliary = row
             if column == "last":
                 last = blob
