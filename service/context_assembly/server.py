@@ -66,6 +66,8 @@ def serve(*, host: str | None, port: int | None, config: str | None, workers: in
         http="httptools",
         access_log=False,
         log_level="warning",
-        timeout_graceful_shutdown=int(settings.server.drain_seconds) or None,
+        # uvicorn hands it to asyncio.timeout, which takes seconds as a float: 0.5 is half a
+        # second and 0 no drain (int() once made 0.5 into 0 and then None: no bound at all).
+        timeout_graceful_shutdown=settings.server.drain_seconds,  # type: ignore[arg-type]
     )
     return 0

@@ -118,6 +118,111 @@ def test_unknown_path_and_method(make_client: AppFactory) -> None:
     _problem(client.get("/v1/prepare"), 405, "METHOD_NOT_ALLOWED")
 
 
+def test_a_trailing_slash_is_an_unknown_path(make_client: AppFactory) -> None:
+    """``/v1/prepare/`` is a 404 problem, not a 307 redirect with an empty body."""
+    client = make_client()
+    response = client.post("/v1/prepare/", json=basic_request(), follow_redirects=False)
+    _problem(response, 404, "NOT_FOUND")
+    _problem(client.get("/healthz/", follow_redirects=False), 404, "NOT_FOUND")
+
+
+def test_an_unexpected_error_answers_500_with_the_request_id(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in a route is a 500 problem whose X-Request-Id is the one in its log line."""
+    from structlog.testing import capture_logs
+
+    from context_assembly.preparations import Preparations
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Preparations, "get", broken)
+    client = make_client()
+    with capture_logs() as logs:
+        response = client.get("/v1/preparations/prep_x", headers={"X-Request-Id": "req-500"})
+    body = _problem(response, 500, "INTERNAL")
+    assert response.headers["x-request-id"] == "req-500"
+    assert "a bug" not in response.text and "X-Request-Id" in body["detail"]
+    errors = [line for line in logs if line["event"] == "unhandled_error"]
+    assert errors == [
+        {
+            "event": "unhandled_error",
+            "log_level": "error",
+            "path": "/v1/preparations/prep_x",
+            "error_type": "RuntimeError",
+            "request_id": "req-500",
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [
+        ("abc-123", True),
+        ("x" * 128, True),
+        ("x" * 129, False),
+        ("abc\u00e9", False),  # not ASCII: echoed as sent it would come back re-encoded
+        ("a\tb", False),
+    ],
+)
+def test_a_request_id_is_kept_only_as_visible_ascii(
+    make_client: AppFactory, sent: str, kept: bool
+) -> None:
+    """A caller's id of 1-128 visible ASCII characters comes back byte for byte; any other is
+    replaced by a new one, which the header names."""
+    client = make_client()
+    response = client.get("/healthz", headers={"X-Request-Id": sent.encode("latin-1")})
+    echoed = response.headers["x-request-id"]
+    if kept:
+        assert echoed == sent
+    else:
+        assert echoed != sent and len(echoed) == 16
+
+
+def test_an_empty_api_key_header_does_not_hide_a_bearer_key(make_client: AppFactory) -> None:
+    """``X-API-Key:`` (empty) beside ``Authorization: Bearer <key>`` authenticates by the Bearer
+    key; neither given is still 401."""
+    from api_support import KEYS
+
+    client = make_client(auth=True)
+    bearer = {"Authorization": f"Bearer {KEYS['acme']}"}
+    ok = client.post("/v1/prepare", json=basic_request(), headers={"X-API-Key": "", **bearer})
+    assert ok.status_code == 200, ok.text
+    _problem(
+        client.post("/v1/prepare", json=basic_request(), headers={"X-API-Key": ""}),
+        401,
+        "UNAUTHENTICATED",
+    )
+
+
+@pytest.mark.parametrize(
+    ("accept", "html"),
+    [
+        ("text/html", True),
+        ("TEXT/HTML", True),
+        ("application/xhtml+xml", True),
+        ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", True),  # a browser
+        ("text/plain, text/html;q=0", False),
+        ("text/html;q=0.1, text/plain", False),
+        ("text/plain", False),
+        ("*/*", False),
+        ("", False),
+    ],
+)
+def test_breakdown_follows_accept_qualities(
+    make_client: AppFactory, accept: str, html: bool
+) -> None:
+    """HTML when the Accept header prefers it by quality, else plain text; Vary: Accept."""
+    client = make_client()
+    prep = client.post("/v1/prepare", json=basic_request()).json()
+    path = f"/v1/preparations/{prep['preparation_id']}/breakdown"
+    response = client.get(path, headers={"Accept": accept})
+    kind = "text/html" if html else "text/plain"
+    assert response.headers["content-type"].startswith(kind)
+    assert response.headers["vary"] == "Accept"
+
+
 def test_ops_endpoints_and_request_id(make_client: AppFactory) -> None:
     """healthz, readyz, metrics and models answer; the request id is echoed or generated."""
     client = make_client()

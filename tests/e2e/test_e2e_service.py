@@ -228,6 +228,30 @@ def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) 
         assert secret not in text
 
 
+@pytest.mark.parametrize("drain", [0, 0.5])
+def test_a_drain_under_a_second_is_still_bounded(
+    service_factory: ServiceFactory, drain: float
+) -> None:
+    """With ``drain_seconds`` under 1 a request that never finishes does not hold SIGTERM up:
+    the process exits after the drain (once 0.5 and 0 meant no bound at all)."""
+    import signal
+    import socket
+
+    svc = service_factory(config({}, f"\n[server]\ndrain_seconds = {drain}\n"))
+    port = int(svc.base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as held:
+        held.sendall(
+            b"POST /v1/prepare HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b'content-length: 100\r\n\r\n{"model":'
+        )
+        time.sleep(0.2)  # the server has the head and waits for the rest of the body
+        started = time.monotonic()
+        svc.proc.send_signal(signal.SIGTERM)
+        svc.proc.wait(10)
+        elapsed = time.monotonic() - started
+    assert elapsed < drain + 3, f"exited after {elapsed:.2f}s"
+
+
 def test_records_held_at_sigterm_are_written_and_survive_a_restart(
     service_factory: ServiceFactory,
 ) -> None:

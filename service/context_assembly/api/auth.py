@@ -23,10 +23,10 @@ class Authenticator:
     def tenant(self, request: Request) -> str:
         if self.mode == "none":
             return ANONYMOUS_TENANT
-        key = request.headers.get("x-api-key")
-        if key is None:
+        key = request.headers.get("x-api-key", "").strip()
+        if not key:  # an empty X-API-Key does not hide a Bearer key
             scheme, _, value = request.headers.get("authorization", "").partition(" ")
-            key = value.strip() if scheme.lower() == "bearer" else None
+            key = value.strip() if scheme.lower() == "bearer" else ""
         if not key:
             raise UnauthenticatedError("an API key is required (Authorization: Bearer <key>)")
         digest = hashlib.sha256(key.encode()).hexdigest()

@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from context_assembly.api.problems import problem_response
+from context_assembly.api.problems import InternalError, problem_response
 from context_assembly.errors import PayloadTooLargeError
 from context_assembly.metrics import Metrics
 
@@ -21,9 +21,9 @@ BODY = "context_assembly.body"
 
 
 class RequestContext:
-    """Binds a request id (the caller's ``X-Request-Id`` or a new one), echoes it, counts the
-    request and logs one line for it (both after the answer: ``afterwards.py``, which also says
-    when)."""
+    """Binds a request id (the caller's ``X-Request-Id``, or a new one when that is not 1-128
+    visible ASCII characters), echoes it, counts the request and logs one line for it (both
+    after the answer: ``afterwards.py``, which also says when)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -34,21 +34,34 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         incoming = dict(scope["headers"]).get(REQUEST_ID.encode(), b"").decode("latin-1")
-        request_id = incoming[:128] if incoming and incoming.isprintable() else secrets.token_hex(8)
-        status = {"code": 500}
+        request_id = incoming if _usable_id(incoming) else secrets.token_hex(8)
+        status = {"code": 0}  # the answer's status once its head is sent
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 headers = list(message.get("headers", []))
-                headers.append((REQUEST_ID.encode(), request_id.encode()))
+                headers.append((REQUEST_ID.encode(), request_id.encode("ascii")))
                 message = {**message, "headers": headers}
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            # Answered here, not by Starlette's outer error middleware: so the 500 carries the
+            # request id, and its log line too (the type only; a message could hold input).
+            log.error(
+                "unhandled_error",
+                request_id=request_id,
+                path=scope.get("path"),
+                error_type=type(exc).__name__,
+            )
+            if status["code"]:
+                raise  # the head is out: nothing more can be said on this connection
+            internal = InternalError("internal error; see the service log (X-Request-Id)")
+            await problem_response(internal, scope.get("path"))(scope, receive, send_with_id)
         finally:
             structlog.contextvars.unbind_contextvars("request_id")
             route: Any = scope.get("route")
@@ -56,7 +69,7 @@ class RequestContext:
                 self._account,
                 scope["method"],
                 getattr(route, "path", "unmatched"),
-                status["code"],
+                status["code"] or 500,
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
             )
@@ -74,6 +87,15 @@ class RequestContext:
             status=status,
             duration_ms=duration_ms,
         )
+
+
+MAX_REQUEST_ID = 128
+
+
+def _usable_id(incoming: str) -> bool:
+    """A caller's request id is used as sent when it is 1-128 visible ASCII characters (it is
+    echoed and logged byte for byte); any other gets a new id, which the answer's header names."""
+    return 0 < len(incoming) <= MAX_REQUEST_ID and incoming.isascii() and incoming.isprintable()
 
 
 class BodyLimit:

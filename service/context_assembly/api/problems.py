@@ -80,7 +80,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled_error", path=request.url.path, error_type=type(exc).__name__)
         return problem_response(
-            InternalError("internal error; see the service log"), request.url.path
+            InternalError("internal error; see the service log (X-Request-Id)"), request.url.path
         )
 
     app.add_exception_handler(ServiceError, service_error)

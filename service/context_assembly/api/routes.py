@@ -215,9 +215,36 @@ async def breakdown(
 ) -> Response:
     """Human view: budget bars, decisions with reasons, accounting. HTML for browsers, else text."""
     view = await service.get(tenant, preparation_id)
-    if "text/html" in request.headers.get("accept", ""):
-        return HTMLResponse(render_html(view))
-    return PlainTextResponse(render_text(view))
+    vary = {"vary": "Accept"}
+    if wants_html(request.headers.get("accept", "")):
+        return HTMLResponse(render_html(view), headers=vary)
+    return PlainTextResponse(render_text(view), headers=vary)
+
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+def wants_html(accept: str) -> bool:
+    """Whether an ``Accept`` header prefers HTML to plain text (RFC 9110 §12.5.1): the highest
+    quality wins, ``q=0`` refuses, media types are case-insensitive, and a tie (``*/*`` or
+    none) answers plain text, the form a terminal or script reads."""
+    html = text = 0.0
+    for item in accept.split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media in HTML_TYPES:
+            html = max(html, quality)
+        elif media in {"text/plain", "text/*"}:
+            text = max(text, quality)
+    return html > 0 and html > text
 
 
 class ModelInfo(BaseModel):
