@@ -48,6 +48,9 @@ ADDRESS_VECTORS = [
     ("http://[2002:a9fe:a9fe::]/", "metadata (6to4)"),
     ("http://224.0.0.1/", "multicast"),
     ("http://[ff02::1]/", "multicast"),
+    ("http://[fec0::1]/", "site-local"),  # deprecated, but Python calls it global
+    ("http://[::ffff:0:7f00:1]/", "reserved"),  # IPv4-translated loopback
+    ("http://[::ffff:0:808:808]/", "reserved"),  # IPv4-translated, whatever it carries
     ("http://2130706433/", "non-canonical numeric IPv4 host (loopback)"),
     ("http://0x7f000001/", "non-canonical numeric IPv4 host (loopback)"),
     ("http://127.1/", "non-canonical numeric IPv4 host (loopback)"),
@@ -89,6 +92,16 @@ async def test_forbidden_literal_or_name_is_refused_before_any_connection(
     assert transport.requests == []
     if httpx.URL(url).host[0].isdigit() or ":" in httpx.URL(url).host:
         assert resolver.calls == []  # literal addresses are never looked up
+
+
+@pytest.mark.parametrize("port", [0, 65536, 99999])
+async def test_a_port_outside_the_tcp_range_is_refused(port: int) -> None:
+    """A port httpx parses but TCP cannot use is refused at the check, not left to the call."""
+    url = f"http://{PUBLIC}:{port}/"
+    policy = UrlPolicy(allow=[f"http://{PUBLIC}/"])
+    with pytest.raises(UrlRejectedError) as info:
+        await check_url(url, policy, RecordingResolver({}), source="memory")
+    assert "port" in info.value.detail
 
 
 async def test_name_resolving_to_loopback_is_refused_without_naming_the_address() -> None:

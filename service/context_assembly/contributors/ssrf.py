@@ -73,7 +73,12 @@ _METADATA = _nets(
 _ALWAYS_DENIED: tuple[tuple[str, tuple[Network, ...]], ...] = (
     ("unspecified", _nets("0.0.0.0/8", "::/128")),
     ("multicast", _nets("224.0.0.0/4", "ff00::/8")),
-    ("reserved", _nets("240.0.0.0/4", "192.0.0.0/24", "100::/64", "2001:db8::/32")),
+    # IPv4-translated ::ffff:0:a.b.c.d (SIIT, RFC 2765) is not for hosts on the Internet:
+    # refused whatever it carries, like the documentation and discard ranges.
+    (
+        "reserved",
+        _nets("240.0.0.0/4", "192.0.0.0/24", "100::/64", "2001:db8::/32", "::ffff:0:0:0/96"),
+    ),
 )
 # Permitted only with allow_private (a loopback or private-network sidecar).
 _PRIVATE: tuple[tuple[str, tuple[Network, ...]], ...] = (
@@ -82,6 +87,8 @@ _PRIVATE: tuple[tuple[str, tuple[Network, ...]], ...] = (
     ("link-local", _nets("169.254.0.0/16", "fe80::/10")),
     ("cgnat", _nets("100.64.0.0/10")),
     ("unique-local", _nets("fc00::/7")),
+    # Deprecated site-local (RFC 3879): Python still calls it global, networks still route it.
+    ("site-local", _nets("fec0::/10")),
 )
 _NAT64 = _nets("64:ff9b::/96")[0]
 _IPV4_COMPAT = _nets("::/96")[0]
@@ -282,6 +289,8 @@ async def check_url(
         raise reject("a fragment is not allowed")
     if not host:
         raise reject("the URL has no host")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise reject("the port is outside 1-65535")
     path = parsed.path or "/"
     if _ENCODED_PATH_TRICKS.search(parsed.raw_path.decode("ascii").split("?", 1)[0]):
         raise reject("percent-encoded '.', '/' or '\\' in the path")
