@@ -29,7 +29,7 @@ import hashlib
 import operator
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from operator import attrgetter
@@ -44,6 +44,7 @@ from context_assembly.contributors.calls import (
     ContributorOutcome,
     ContributorTarget,
     PacketFields,
+    Status,
     contribute_all,
     query_revision,
     raise_for_failures,
@@ -119,6 +120,21 @@ class Clock:
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.wall(), UTC)
+
+
+async def _first_error_cancels(*calls: Awaitable[Any]) -> list[Any]:
+    """Await ``calls`` concurrently and return their results in order; the first to raise
+    cancels the others (their late answers change nothing) and its error is raised."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,46 +421,83 @@ class Preparations:
     async def _targets(
         self, tenant: str, refs: Sequence[ContributorRef], deadline: float
     ) -> list[ContributorTarget]:
+        """Every ref's target, inline URLs checked one after another (validate's revision
+        queries; a prepare checks them concurrently, ``_collect``)."""
         targets: list[ContributorTarget] = []
         for index, ref in enumerate(refs):
             if ref.endpoint is not None:
-                conf = self.settings.contributors.get(ref.endpoint)
-                if conf is None or (conf.tenants is not None and tenant not in conf.tenants):
-                    raise InvalidError(
-                        f"contributors.{index}.endpoint: no contributor endpoint named "
-                        f"{ref.endpoint!r} is registered for this tenant",
-                        field=f"contributors.{index}.endpoint",
-                    )
-                secret = conf.secret.get_secret_value() if conf.secret is not None else None
-                targets.append(
-                    ContributorTarget(
-                        source=ref.source,
-                        url=conf.url,
-                        secret=secret,
-                        failure_policy=ref.failure_policy or conf.failure_policy,
-                        kind="registered",
-                    )
-                )
+                targets.append(self._registered_target(tenant, index, ref))
             else:
-                assert ref.url is not None
-                checked = await check_url(
-                    ref.url,
-                    self.url_policy,
-                    self.resolver,
-                    source=ref.source,
-                    deadline_monotonic=deadline,
-                    clock=self.clock.monotonic,
-                )
-                targets.append(
-                    ContributorTarget(
-                        source=ref.source,
-                        url=ref.url,
-                        failure_policy=ref.failure_policy or "fail",
-                        kind="inline",
-                        checked=checked,
-                    )
-                )
+                targets.append(await self._inline_target(ref, deadline))
         return targets
+
+    def _registered_target(self, tenant: str, index: int, ref: ContributorRef) -> ContributorTarget:
+        conf = self.settings.contributors.get(ref.endpoint or "")
+        if conf is None or (conf.tenants is not None and tenant not in conf.tenants):
+            raise InvalidError(
+                f"contributors.{index}.endpoint: no contributor endpoint named "
+                f"{ref.endpoint!r} is registered for this tenant",
+                field=f"contributors.{index}.endpoint",
+            )
+        secret = conf.secret.get_secret_value() if conf.secret is not None else None
+        return ContributorTarget(
+            source=ref.source,
+            url=conf.url,
+            secret=secret,
+            failure_policy=ref.failure_policy or conf.failure_policy,
+            kind="registered",
+        )
+
+    async def _inline_target(self, ref: ContributorRef, deadline: float) -> ContributorTarget:
+        assert ref.url is not None
+        checked = await check_url(
+            ref.url,
+            self.url_policy,
+            self.resolver,
+            source=ref.source,
+            deadline_monotonic=deadline,
+            clock=self.clock.monotonic,
+        )
+        return ContributorTarget(
+            source=ref.source,
+            url=ref.url,
+            failure_policy=ref.failure_policy or "fail",
+            kind="inline",
+            checked=checked,
+        )
+
+    async def _call_inline(
+        self,
+        ref: ContributorRef,
+        fields: PacketFields,
+        deadline: float,
+        check: Callable[[ContributorOutcome], ContributorOutcome],
+    ) -> tuple[ContributorTarget | None, ContributorOutcome]:
+        """Check one inline URL (its DNS inside the deadline), then call it. A refused or
+        unresolved URL, or a lookup past the deadline, raises under ``fail``; under ``omit`` it
+        is this source's outcome (``rejected`` or ``timeout``) and the others go on."""
+        started = self.clock.monotonic()
+        try:
+            target = await self._inline_target(ref, deadline)
+        except (UrlRejectedError, AssemblyTimeoutError) as err:
+            if (ref.failure_policy or "fail") == "fail":
+                raise
+            status: Status = "rejected" if isinstance(err, UrlRejectedError) else "timeout"
+            cause = (
+                err.extensions.get("reason") if status == "rejected" else "DNS past the deadline"
+            )
+            elapsed = (self.clock.monotonic() - started) * 1000.0
+            return None, ContributorOutcome(ref.source, status, elapsed, cause=cause)
+        [outcome] = await contribute_all(
+            self.client,
+            [target],
+            fields,
+            deadline,
+            self.settings.limits.max_contributor_response_bytes,
+            self.clock.monotonic,
+            check=check,
+        )
+        return target, replace(outcome, duration_ms=(self.clock.monotonic() - started) * 1000.0)
 
     async def _collect(
         self,
@@ -466,10 +519,16 @@ class Preparations:
         """
         start = self.clock.monotonic()
         deadline = start + max(budget_ms, 0.0) / 1000.0
-        targets = await self._targets(tenant, request.contributors, deadline)
+        targets: list[ContributorTarget] = []
+        inline: list[ContributorRef] = []
+        for index, ref in enumerate(request.contributors):
+            if ref.endpoint is not None:
+                targets.append(self._registered_target(tenant, index, ref))
+            else:
+                inline.append(ref)
         outcomes: list[ContributorOutcome] = []
         digests: dict[str, bytes] = {}
-        if targets:
+        if request.contributors:
             # With no time left (a refresh after a slow prepare), every call settles as
             # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
             fields = PacketFields(
@@ -482,19 +541,35 @@ class Preparations:
                 source_token_limits=request.options.source_token_limits,
                 attempt=attempt,
             )
-            outcomes = await contribute_all(
+            check = functools.partial(
+                _check_and_digest, request=request, digests=digests, passed=self.passed_checks
+            )
+            registered = contribute_all(
                 self.client,
                 targets,
                 fields,
                 deadline,
                 self.settings.limits.max_contributor_response_bytes,
                 self.clock.monotonic,
-                check=functools.partial(
-                    _check_and_digest, request=request, digests=digests, passed=self.passed_checks
-                ),
+                check=check,
                 while_waiting=while_waiting,
             )
-            raise_for_failures(outcomes, targets)
+            if inline:
+                # Each inline URL's lookup runs beside the others and the registered calls.
+                called = await _first_error_cancels(
+                    registered, *(self._call_inline(ref, fields, deadline, check) for ref in inline)
+                )
+                outcomes = list(called[0])
+                for target, outcome in called[1:]:
+                    if target is not None:
+                        targets.append(target)
+                    outcomes.append(outcome)
+            else:
+                outcomes = await registered
+            # A source whose URL was refused or not resolved under ``omit`` has no target and
+            # needs no policy: under ``fail`` it has raised already.
+            targeted = {t.source for t in targets}
+            raise_for_failures([o for o in outcomes if o.source in targeted], targets)
         used_ms = (self.clock.monotonic() - start) * 1000.0
         by_source = {o.source: o for o in outcomes}
         inputs: list[SourceInput] = []

@@ -1,0 +1,157 @@
+"""Inline contributor URLs in a prepare: their DNS is part of each call (SPEC §3.4).
+
+The lookups run concurrently with each other and with the registered calls, inside the one
+deadline; a URL refused or not resolved, or a lookup past the deadline, follows the source's
+failure policy like any other contributor failure (``omit``: ``rejected`` / ``timeout`` in the
+manifest and the other sources still enter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from api_support import basic_request
+from fastapi.testclient import TestClient
+
+from context_assembly.api.app import create_app
+from context_assembly.config import load_settings
+
+PUBLIC = "93.184.216.34"
+HOSTS = ("nowhere.test", "good.test", "hang.test", "a.test", "b.test")
+
+
+class SlowResolver:
+    """Names answer ``PUBLIC`` after ``delays[name]`` seconds; ``None`` never answers; a name
+    not in ``delays`` does not resolve."""
+
+    def __init__(self, delays: dict[str, float | None]) -> None:
+        self.delays = delays
+        self.started: list[float] = []
+
+    async def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.started.append(time.monotonic())
+        if host not in self.delays:
+            raise OSError("no such host")
+        delay = self.delays[host]
+        await asyncio.sleep(3600 if delay is None else delay)
+        return [PUBLIC]
+
+
+PACKETS: list[dict[str, Any]] = []
+
+
+def answer(request: httpx.Request) -> httpx.Response:
+    PACKETS.append(orjson.loads(request.content))
+    source = PACKETS[-1]["source"]
+    return httpx.Response(
+        200, json={"revision": "r1", "blocks": [{"id": f"{source}-a", "text": f"{source} fact"}]}
+    )
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    clients: list[TestClient] = []
+
+    def make(resolver: SlowResolver) -> TestClient:
+        settings = load_settings(
+            store={"path": str(tmp_path / f"db{len(clients)}.db")},
+            contributors={"hook": {"url": "http://contributor.test/hook"}},
+            inline_urls={"allow": [f"http://{host}/" for host in HOSTS]},
+        )
+        client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+        app = create_app(settings, client=client, resolver=resolver)
+        test_client = TestClient(app, raise_server_exceptions=False)
+        test_client.__enter__()
+        clients.append(test_client)
+        return test_client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def body(inline: dict[str, str], policy: str = "omit", timeout_ms: int = 1000) -> dict[str, Any]:
+    request = basic_request(
+        contributors=[
+            {"source": "reg", "endpoint": "hook", "failure_policy": policy},
+            *(
+                {"source": source, "url": f"http://{host}/c", "failure_policy": policy}
+                for source, host in inline.items()
+            ),
+        ]
+    )
+    request["plugins"] = [
+        *request["plugins"],
+        *({"name": s} for s in ["reg", *inline]),
+    ]
+    request["assembly"] = {**request["assembly"], "timeout_ms": timeout_ms}
+    return request
+
+
+def statuses(response: httpx.Response) -> dict[str, str]:
+    return {
+        s["source"]: s["status"]
+        for s in response.json()["selection"]["sources"]
+        if s["source"] != "memory"
+    }
+
+
+def test_an_unresolved_inline_url_under_omit_is_rejected_and_the_rest_enters(serve: Any) -> None:
+    client = serve(SlowResolver({"good.test": 0}))
+    response = client.post("/v1/prepare", json=body({"bad": "nowhere.test", "good": "good.test"}))
+    assert response.status_code == 200, response.text
+    assert statuses(response) == {"reg": "ok", "bad": "rejected", "good": "ok"}
+    selected = {
+        b["id"] for b in response.json()["selection"]["blocks"] if b["status"] == "selected"
+    }
+    assert {"reg-a", "good-a"} <= selected
+
+
+def test_a_lookup_past_the_deadline_under_omit_is_a_timeout(serve: Any) -> None:
+    client = serve(SlowResolver({"hang.test": None}))
+    started = time.monotonic()
+    response = client.post("/v1/prepare", json=body({"slow": "hang.test"}, timeout_ms=300))
+    elapsed = time.monotonic() - started
+    assert response.status_code == 200, response.text
+    assert statuses(response) == {"reg": "ok", "slow": "timeout"}
+    assert elapsed < 0.3 + 0.5
+
+
+def test_under_fail_an_unresolved_url_is_refused_and_a_hung_lookup_times_out(
+    serve: Any,
+) -> None:
+    client = serve(SlowResolver({"hang.test": None}))
+    refused = client.post("/v1/prepare", json=body({"bad": "nowhere.test"}, policy="fail"))
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "CONTRIBUTOR_URL_REJECTED"
+    started = time.monotonic()
+    late = client.post("/v1/prepare", json=body({"slow": "hang.test"}, "fail", timeout_ms=300))
+    assert late.status_code == 504 and late.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
+    assert time.monotonic() - started < 0.3 + 0.5
+
+
+def test_lookups_run_concurrently_and_the_packet_deadline_is_the_real_one(serve: Any) -> None:
+    """Two 300 ms lookups and the registered call start together: the prepare takes ~300 ms,
+    not ~600, and every packet's deadline is the prepare's start plus timeout_ms."""
+    resolver = SlowResolver({"a.test": 0.3, "b.test": 0.3})
+    client = serve(resolver)
+    started = time.time()
+    response = client.post("/v1/prepare", json=body({"a": "a.test", "b": "b.test"}))
+    elapsed = time.time() - started
+    assert response.status_code == 200, response.text
+    assert statuses(response) == {"reg": "ok", "a": "ok", "b": "ok"}
+    assert elapsed < 0.55, f"{elapsed:.3f}s: the lookups ran one after the other"
+    assert max(resolver.started) - min(resolver.started) < 0.1
+    durations = {s["source"]: s["duration_ms"] for s in response.json()["selection"]["sources"]}
+    assert durations["a"] >= 290 and durations["b"] >= 290, "the lookup is part of the call"
+    deadlines = {p["source"]: p["deadline_unix_ms"] / 1000 for p in PACKETS[-3:]}
+    assert set(deadlines) == {"reg", "a", "b"}
+    for deadline in deadlines.values():
+        assert started + 1.0 - 0.05 <= deadline <= started + 1.0 + 0.05
