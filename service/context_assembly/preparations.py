@@ -255,11 +255,11 @@ def _message_hashes(messages: Sequence[Message]) -> list[str]:
     return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
 
 
-# Answers that passed the per-source block rules, by (source, max_block_characters, digest of
-# the blocks): a contributor that answers the same blocks turn after turn is checked once. Only
-# passes are kept (a failure is checked again, to name its rule); ~250 bytes an entry.
+# Answers that passed the per-source block rules, by (source, max_block_characters, max_blocks,
+# digest of the blocks): a contributor that answers the same blocks turn after turn is checked
+# once. Only passes are kept (a failure is checked again, to name its rule); ~250 bytes an entry.
 MAX_PASSED_CHECKS: Final = 16_384
-PassedChecks = set[tuple[str, int, bytes]]
+PassedChecks = set[tuple[str, int, int, bytes]]
 
 
 def _check_and_digest(
@@ -275,7 +275,8 @@ def _check_and_digest(
     if not outcome.ok:
         return outcome
     digest_ = blocks_digest(outcome.blocks)
-    key = (outcome.source, request.options.max_block_characters, digest_)
+    options = request.options
+    key = (outcome.source, options.max_block_characters, options.max_blocks, digest_)
     if key not in passed:
         checked = _check_blocks(outcome, request)
         if not checked.ok:
@@ -294,8 +295,10 @@ def _check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contr
     over ``max_block_characters``, priority out of range, an unqualified dependency, a bad expiry,
     a duplicate id) gave an invalid answer: the outcome becomes ``invalid`` and its failure policy
     decides (``omit`` drops the source, ``fail`` fails the prepare with CONTRIBUTOR_FAILED), so
-    one bad optional contributor cannot break every prepare. Rules across sources (cycles,
-    ``max_blocks``, protected closures) are checked later over all sources together.
+    one bad optional contributor cannot break every prepare: over ``max_blocks`` alone, or a
+    dependency cycle among its own blocks, is its answer's fault too. Rules across sources (the
+    total over ``max_blocks``, a cycle through several sources, protected closures) are checked
+    later over all sources together.
     """
     if not outcome.ok:
         return outcome

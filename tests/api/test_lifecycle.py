@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import httpx
 import orjson
+import pytest
 from api_support import KEYS, AppFactory, FakeWall, basic_request, neutral_frame
 
 
@@ -509,6 +510,46 @@ def test_blocks_breaking_the_rules_are_an_invalid_contribution(make_client: AppF
             problem = response.json()
             assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "docs"
             assert "block rules" in problem["cause"]
+
+
+@pytest.mark.parametrize(
+    ("blocks", "rule"),
+    [
+        (
+            [
+                {"id": "a", "text": "x", "dependencies": ["docs/b"]},
+                {"id": "b", "text": "y", "dependencies": ["docs/a"]},
+            ],
+            "dependency cycle",
+        ),
+        ([{"id": f"b{i}", "text": "x"} for i in range(5)], "over max_blocks 4"),
+    ],
+)
+def test_an_answer_breaking_a_rule_alone_is_invalid_not_the_whole_prepare(
+    make_client: AppFactory, blocks: list[dict[str, Any]], rule: str
+) -> None:
+    """A cycle among one contributor's own blocks, or more blocks than max_blocks from it
+    alone, is that answer's fault: under omit the source is 'invalid' and the others enter
+    (once the whole prepare answered 422)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"revision": "r1", "blocks": blocks})
+
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler),
+        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
+    )
+    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    body["assembly"] = {**body["assembly"], "max_blocks": 4}
+    response = client.post("/v1/prepare", json=body)
+    assert response.status_code == 200, response.text
+    docs = [s for s in response.json()["selection"]["sources"] if s["source"] == "docs"]
+    assert docs[0]["status"] == "invalid"
+    selected = {
+        b["id"] for b in response.json()["selection"]["blocks"] if b["status"] == "selected"
+    }
+    assert "receipt" in selected
 
 
 def test_refresh_with_no_time_left_follows_the_failure_policy(make_client: AppFactory) -> None:

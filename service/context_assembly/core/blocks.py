@@ -144,17 +144,27 @@ def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
 
 
 def check_source_blocks(source: str, blocks: Iterable[Block], options: AssemblyOptions) -> None:
-    """The per-source rules of SPEC §5.1 for one source's blocks (no cross-source rule).
+    """The rules of SPEC §5.1 that one source's blocks can break alone: each block's own rules,
+    duplicate ids, more than ``max_blocks`` blocks, and a dependency cycle among them. What only
+    several sources together break (the total over ``max_blocks``, a cycle through two sources)
+    is ``build_graph``'s.
 
     Raises:
-        InvalidError: naming the offending block, as ``build_graph`` would.
+        InvalidError: naming the offending block(s), as ``build_graph`` would.
     """
-    seen: set[str] = set()
+    own: dict[str, Node] = {}
     for block in blocks:
         node = _check_block(source, block, options)
-        if node.qid in seen:
+        if node.qid in own:
             raise _invalid(f"duplicate block id {node.qid!r}", [node.qid], "id")
-        seen.add(node.qid)
+        own[node.qid] = node
+    if len(own) > options.max_blocks:
+        raise InvalidError(
+            f"{len(own)} blocks from source {source!r}, over max_blocks {options.max_blocks}",
+            field="max_blocks",
+            block_count=len(own),
+        )
+    _reject_cycles(own)
 
 
 def build_graph(sources: Iterable[SourceBlocks], options: AssemblyOptions) -> dict[str, Node]:
