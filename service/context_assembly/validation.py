@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import orjson
 from pydantic import BaseModel, ValidationError
 
 from context_assembly.errors import InvalidError
@@ -46,14 +45,13 @@ def invalid_from_errors(errors: Sequence[Any], what: str = "request") -> Invalid
 
 
 def parse_model(model: type[M], raw: bytes, what: str = "request") -> M:
-    """Parse JSON bytes into ``model``; any problem becomes an InvalidError naming the field."""
+    """Parse JSON bytes into ``model``; any problem becomes an InvalidError naming the field.
+
+    The bytes go to ``model_validate_json``, as the HTTP routes' do (``api/lean.py``), so the
+    CLI and the service read one body the same way: the same numbers (an integer beyond 64 bits
+    stays an integer and is refused where it must encode again, not read as a float), the same
+    refusals, the same field names."""
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        raise InvalidError(
-            f"invalid {what}: body is not valid JSON ({err})", field="(body)"
-        ) from err
-    try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw)
     except ValidationError as err:
         raise invalid_from_errors(err.errors(include_url=False, include_input=False), what) from err

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from api_support import AppFactory, basic_request, neutral_frame
 
@@ -144,3 +145,66 @@ def test_a_64_bit_revision_prepares_and_a_64_bit_priority_meets_the_block_rule(
     response = client.post("/v1/prepare", json=_contribution(1, priority=2**63 - 1))
     assert response.status_code == 422
     assert "priority" in response.json()["detail"] and "-1000..1000" in response.json()["detail"]
+
+
+# Raw JSON bodies: the JSON parser reads NaN, Infinity and 1e400 (a float overflow) as floats,
+# which orjson would write back as null.
+NON_FINITE = [
+    ("tools.0.parameters", b'"tools":[{"name":"t","parameters":{"type":"object","x":NaN}}]'),
+    (
+        "whiteboard.entries.0.value",
+        b'"plugins":[{"name":"wb"}],"whiteboard":{"source":"wb","entries":'
+        b'[{"key":"k","value":[1e400,-Infinity]}]}',
+    ),
+]
+
+
+def _raw(fields: bytes) -> bytes:
+    return b'{"model":"gpt-4o-mini","input":[{"role":"user","content":"hi"}],' + fields + b"}"
+
+
+@pytest.mark.parametrize(("field", "fields"), NON_FINITE, ids=[c[0] for c in NON_FINITE])
+def test_non_finite_numbers_are_refused_not_written_as_null(
+    make_client: AppFactory, field: str, fields: bytes
+) -> None:
+    """Once a 200 whose frame said ``"x": null`` where the caller sent NaN."""
+    client = make_client()
+    headers = {"content-type": "application/json"}
+    response = client.post("/v1/prepare", content=_raw(fields), headers=headers)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith(f"invalid request: {field}: JSON the service cannot encode again")
+    assert "NaN, Infinity" in detail
+
+
+def test_a_null_that_was_sent_stays_a_null(make_client: AppFactory) -> None:
+    """The check looks for non-finite floats only where the encoding holds a null."""
+    body = _prepare(tools=[{"name": "t", "parameters": {"default": None, "x": [1.5, None]}}])
+    assert make_client().post("/v1/prepare", json=body).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [fields for _, fields in NON_FINITE]
+    + [b'"tools":[{"name":"t","parameters":{"maximum":100000000000000000000000}}]'],
+)
+def test_the_cli_refuses_what_http_refuses(
+    make_client: AppFactory,
+    tmp_path: Any,
+    capsysbinary: pytest.CaptureFixture[bytes],
+    fields: bytes,
+) -> None:
+    """``context-assembly assemble`` reads a body as the service does: the same 422 (exit 2,
+    the same problem detail), not a parse error of its own or a big integer read as a float."""
+    from context_assembly.cli import main
+
+    path = tmp_path / "request.json"
+    path.write_bytes(_raw(fields))
+    code = main(["assemble", str(path)])
+    printed = orjson.loads(capsysbinary.readouterr().out)
+    served = make_client().post(
+        "/v1/prepare", content=_raw(fields), headers={"content-type": "application/json"}
+    )
+    assert code == 2 and served.status_code == 422
+    assert printed["code"] == served.json()["code"] == "CONTEXT_ASSEMBLY_INVALID"
+    assert printed["detail"] == served.json()["detail"]

@@ -34,14 +34,33 @@ MAX_OPTION = 1_000_000
 
 def _encodable(value: Any) -> Any:
     """Free-form JSON must encode again: the service serialises it to count, hash, render and
-    store, and an integer beyond 64 bits cannot be (it would fail there, as a 500)."""
+    store, and an integer beyond 64 bits cannot be (it would fail there, as a 500); nor can
+    ``NaN``, ``Infinity`` or a number too large for a float (``1e400``), which the JSON parser
+    reads and orjson would write as ``null``: the prompt would silently say something else."""
     try:
-        orjson.dumps(value)
+        encoded = orjson.dumps(value)
     except orjson.JSONEncodeError as err:
         raise PydanticCustomError(
             "json_encodable", "JSON the service cannot encode again: {reason}", {"reason": str(err)}
         ) from None
+    if b"null" in encoded and not _finite(value):  # a non-finite float encodes as null
+        raise PydanticCustomError(
+            "json_encodable",
+            "JSON the service cannot encode again: {reason}",
+            {"reason": "NaN, Infinity or a number beyond the float range"},
+        )
     return value
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` holds no non-finite float at any depth."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(item) for item in value)
+    return True
 
 
 # A free-form JSON object (or value) that the service can encode again (see ``_encodable``).
