@@ -266,3 +266,27 @@ async def test_begin_sends_on_an_idle_connection_only_and_reports_the_race(
         assert await post(wire, url) == OK  # a new connection
     assert srv.connections == 2 and len(srv.requests) == 4
     assert wire._slots is not None and wire._slots._value == wire.max_connections
+
+
+def close_after(seconds: float) -> Reply:
+    """Read the request, work on it for ``seconds``, then close without answering."""
+
+    async def reply(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+    return reply
+
+
+async def test_a_close_long_after_the_write_is_not_the_race(wire: WireClient) -> None:
+    """A reused connection the server closes unanswered 250 ms after our write may have had
+    the request read and worked on: not the keep-alive race, so ``post`` does not send it
+    again (once it did, and the contributor received the same delivery twice)."""
+    script = Script(send(length_framed()), close_after(0.25), send(length_framed()))
+    async with script.running() as srv:
+        url = f"http://127.0.0.1:{srv.port}/"
+        assert await post(wire, url) == OK
+        with pytest.raises(WireError) as info:
+            await post(wire, url)
+        assert info.value.cause == "server closed the connection"
+    assert len(srv.requests) == 2, "the request was sent once"

@@ -393,8 +393,11 @@ async def _contribute_one(
     deadline_monotonic: float,
     max_response_bytes: int,
     clock: Callable[[], float],
+    started: float | None = None,
 ) -> ContributorOutcome:
-    started = clock()
+    """One call on the per-call path; ``started`` is when it began, if earlier (a retry after
+    the keep-alive race counts from the first attempt)."""
+    started = clock() if started is None else started
     try:
         body, msg_id = _packet(target, common, packet_fields)
         result = await _exchange(
@@ -668,11 +671,12 @@ class _Burst:
         exchange.head.add_done_callback(lambda _: self._on_head(index))
         exchange.done.add_done_callback(lambda _: self._on_done(index))
 
-    def _spawn(self, index: int, target: ContributorTarget) -> None:
-        """The per-call path for ``target``, on a new connection, under the same deadline."""
+    def _spawn(self, index: int, target: ContributorTarget, started: float | None = None) -> None:
+        """The per-call path for ``target``, on a new connection, under the same deadline
+        (``started``: the first attempt's start, for a retry)."""
         task = self.loop.create_task(
             _contribute_one(self.client, target, self.common, self.fields, self.deadline,
-                            self.max_bytes, self.clock)
+                            self.max_bytes, self.clock, started)
         )  # fmt: skip
         self.tasks.add(task)
 
@@ -704,7 +708,7 @@ class _Burst:
             if exchange.raced(err):
                 del self.live[index]
                 exchange.abort()
-                self._spawn(index, self.targets[index])
+                self._spawn(index, self.targets[index], started)
                 return
             self._end(index, err.status, err.cause)
             return

@@ -24,9 +24,9 @@ What it does, and nothing more:
   the caller's cap, counted on the wire bytes as they arrive. Compressed bodies are refused by
   the caller's head check (we ask for ``identity``), so wire bytes are body bytes.
 * Never: redirects, cookies, proxies, retries of a request that may have been read. One retry is
-  made only when a *reused* idle connection turns out closed before any byte of the answer (the
-  keep-alive race); the repeated request has the same ``webhook-id``, which Standard Webhooks
-  receivers use to drop duplicates.
+  made only when a *reused* idle connection turns out closed before any byte of the answer and
+  within ``RACE_SECONDS`` of the write (the keep-alive race); the repeated request has the same
+  ``webhook-id``, which Standard Webhooks receivers use to drop duplicates.
 
 Deadlines are the caller's (one ``asyncio.timeout`` around ``post``; for ``begin``, the caller
 aborts the exchange at its deadline); a cancelled or aborted call closes its connection.
@@ -54,6 +54,11 @@ MAX_CONNECTIONS = 100
 MAX_ENDPOINTS = 1024
 
 _RACE_CAUSES = frozenset({"server closed the connection", "connection reset"})
+# The keep-alive race is a close the server sent before our request reached it: its FIN or
+# reset arrives within about a round trip of the write. A close later than this after the write
+# may follow a request the server read and worked on, and is the contributor's answer, not
+# retried (contributors sit near the service: a sidecar, the same region).
+RACE_SECONDS = 0.1
 
 HeadCheck = Callable[[int, Mapping[str, str]], None]
 
@@ -133,6 +138,7 @@ class _Connection(asyncio.Protocol):
         self.received = False
         self.complete = False
         self.keep_alive = False
+        self.sent_at = time.monotonic()  # reset right before each request is written
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -214,8 +220,13 @@ class _Connection(asyncio.Protocol):
 
     def lost_race(self, err: WireError) -> bool:
         """Whether ``err`` is the keep-alive race: this idle connection was closed by the server
-        before it answered anything, so the request may be sent again on a new connection."""
-        return not self.received and err.cause in _RACE_CAUSES
+        before it answered anything, within ``RACE_SECONDS`` of the write, so the request may be
+        sent again on a new connection."""
+        return (
+            not self.received
+            and err.cause in _RACE_CAUSES
+            and time.monotonic() - self.sent_at <= RACE_SECONDS
+        )
 
 
 @dataclass(slots=True)
