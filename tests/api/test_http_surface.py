@@ -297,6 +297,33 @@ def test_breakdown_html_and_text(make_client: AppFactory) -> None:
     assert f"total input {prep['budget']['total_input_tokens']}" in text.text
 
 
+def test_openapi_says_how_to_authenticate_and_that_errors_are_problems() -> None:
+    """A client generated from the document can send its key, and finds every error response
+    as application/problem+json with the Problem schema (never FastAPI's HTTPValidationError,
+    which the service does not send)."""
+    doc = orjson.loads(render())
+    assert set(doc["components"]["securitySchemes"]) == {"ApiKey", "Bearer", "AdminKey"}
+    for path, operations in doc["paths"].items():
+        for method, operation in operations.items():
+            where = f"{method.upper()} {path}"
+            keyed = path.startswith("/v1/preparations") or path in {"/v1/prepare", "/v1/budget"}
+            if keyed:
+                assert operation["security"] == [{"ApiKey": []}, {"Bearer": []}], where
+            elif path == "/v1/admin/reload":
+                assert operation["security"] == [{"AdminKey": []}], where
+            else:
+                assert "security" not in operation, where
+            assert any(p["name"] == "X-Request-Id" for p in operation["parameters"]), where
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    assert response["content"] == {
+                        "application/problem+json": {
+                            "schema": {"$ref": "#/components/schemas/Problem"}
+                        }
+                    }, (where, status)
+    assert "HTTPValidationError" not in render().decode()
+
+
 def test_committed_openapi_matches_the_app() -> None:
     """openapi/openapi.json is what `make openapi` would write now (no drift)."""
     committed = (ROOT / "openapi" / "openapi.json").read_bytes()

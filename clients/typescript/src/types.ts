@@ -121,10 +121,6 @@ export interface Frame {
   tools?: Tool[];
 }
 
-export interface HTTPValidationError {
-  detail?: ValidationError[];
-}
-
 export interface Health {
   status: string;
 }
@@ -446,14 +442,6 @@ export interface ValidateResponse {
   preparation_id: string;
   /** @default true */
   valid?: true;
-}
-
-export interface ValidationError {
-  ctx?: Record<string, unknown>;
-  input?: unknown;
-  loc: (string | number)[];
-  msg: string;
-  type: string;
 }
 
 export interface Whiteboard {

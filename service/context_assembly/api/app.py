@@ -20,9 +20,9 @@ from context_assembly import __version__
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.lean import LeanDispatch
 from context_assembly.api.middleware import BodyLimit, RequestContext
-from context_assembly.api.problems import install_problem_handlers
+from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
 from context_assembly.api.reload import reload_settings
-from context_assembly.api.routes import lean_dispatched, ops, v1
+from context_assembly.api.routes import get_tenant, lean_dispatched, ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import contributor_limits, create_client
 from context_assembly.contributors.ssrf import Resolver
@@ -156,7 +156,62 @@ def create_app(
     app.add_middleware(LeanDispatch, fastapi_app=app, routes=lean_dispatched(v1))
     app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)
     app.add_middleware(RequestContext, metrics=metrics)
+    _complete_openapi(app)
     return app
+
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    "ApiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+    "Bearer": {"type": "http", "scheme": "bearer"},
+    "AdminKey": {"type": "apiKey", "in": "header", "name": "X-Admin-Key"},
+}
+_PROBLEM = {"schema": {"$ref": "#/components/schemas/Problem"}}
+_REQUEST_ID = {
+    "name": "X-Request-Id",
+    "in": "header",
+    "required": False,
+    "description": "Echoed in the answer's X-Request-Id when 1-128 visible ASCII characters; "
+    "otherwise the answer names the new id. Every log line of the request carries it.",
+    "schema": {"type": "string", "maxLength": 128},
+}
+
+
+def _complete_openapi(app: FastAPI) -> None:
+    """Say in the OpenAPI document what FastAPI cannot see: the API keys (read in a dependency
+    of our own, not one of FastAPI's security classes, which would run on the hot routes), that
+    every error is ``application/problem+json`` (also a 422 FastAPI would describe as its
+    ``HTTPValidationError``, which the service never sends), and the request id header."""
+    generate = app.openapi
+    keyed = {
+        route.path_format
+        for route in (*v1.routes, *ops.routes)
+        if isinstance(route, APIRoute)
+        and any(dep.call is get_tenant for dep in route.dependant.dependencies)
+    }
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        doc = generate()
+        components = doc.setdefault("components", {})
+        components["securitySchemes"] = SECURITY_SCHEMES
+        schemas = components.get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        for path, operations in doc.get("paths", {}).items():
+            for operation in operations.values():
+                if path in keyed:
+                    operation["security"] = [{"ApiKey": []}, {"Bearer": []}]
+                elif path == "/v1/admin/reload":
+                    operation["security"] = [{"AdminKey": []}]
+                operation.setdefault("parameters", []).append(_REQUEST_ID)
+                for status, response in operation.get("responses", {}).items():
+                    if status.isdigit() and int(status) >= 400:
+                        response["content"] = {PROBLEM_JSON: _PROBLEM}
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = document  # type: ignore[method-assign]
 
 
 def openapi_document(settings: Settings | None = None) -> dict[str, Any]:
