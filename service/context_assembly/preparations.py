@@ -499,6 +499,7 @@ class Preparations:
             self.settings.limits.max_contributor_response_bytes,
             self.clock.monotonic,
             check=check,
+            fail_fast=True,
         )
         return target, replace(outcome, duration_ms=(self.clock.monotonic() - started) * 1000.0)
 
@@ -556,6 +557,7 @@ class Preparations:
                 self.clock.monotonic,
                 check=check,
                 while_waiting=while_waiting,
+                fail_fast=True,
             )
             if inline:
                 # Each inline URL's lookup runs beside the others and the registered calls.

@@ -103,6 +103,29 @@ def test_omit_policy_reports_timeout_and_succeeds(
     assert ids == {"fast-a", "fast-b"}
 
 
+def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """A 'fail' source answering 500 fails the prepare as soon as it answers (502 naming it),
+    not when a hung 'omit' source reaches the 2 s deadline."""
+    svc = service_factory(
+        config(
+            {
+                "broken": {"url": contributor.url("/fail/500")},
+                "slow": {"url": contributor.url("/hang"), "failure_policy": "omit"},
+            }
+        )
+    )
+    body = request([("broken", "broken"), ("slow", "slow")], timeout_ms=2000)
+    started = time.monotonic()
+    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
+    elapsed = time.monotonic() - started
+    assert response.status_code == 502, response.text
+    problem = response.json()
+    assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "broken"
+    assert elapsed < 1.0, f"{elapsed:.2f}s: the prepare waited for the hung source"
+
+
 def test_a_late_answer_changes_nothing_stored(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:

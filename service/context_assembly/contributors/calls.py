@@ -459,8 +459,14 @@ async def contribute_all(
     clock: Callable[[], float] = time.monotonic,
     check: Callable[[ContributorOutcome], ContributorOutcome] | None = None,
     while_waiting: Callable[[], object] | None = None,
+    fail_fast: bool = False,
 ) -> list[ContributorOutcome]:
     """Call every target concurrently and return one outcome per target, in target order.
+
+    With ``fail_fast``, the first ``fail``-policy call that fails other than by the deadline
+    ends the fan-out at once: the calls still under way are abandoned (their late answers change
+    nothing) and :func:`raise_for_failures` raises for the outcomes settled so far, instead of
+    the prepare waiting out the others only to fail with that cause.
 
     ``check`` (the caller's block rules) runs on each outcome as soon as its answer is parsed, so
     the answers that arrive early are checked while the others are awaited. ``while_waiting``
@@ -485,7 +491,7 @@ async def contribute_all(
     if fast is not None:
         burst = _Burst(
             client, fast.wire, targets, common, packet_fields, deadline_monotonic,
-            max_response_bytes, clock, check,
+            max_response_bytes, clock, check, fail_fast,
         )  # fmt: skip
         return await burst.run(while_waiting)
     calls = [
@@ -500,16 +506,34 @@ async def contribute_all(
             return check(await call)
 
         calls = [checked(call) for call in calls]
-    if while_waiting is None:
-        return list(await asyncio.gather(*calls))
-    pending = asyncio.gather(*calls)
+    tasks = [asyncio.ensure_future(call) for call in calls]
     try:
-        await asyncio.sleep(0)  # the calls take their first steps: connected ones send
-        while_waiting()
-    except BaseException:
-        pending.cancel()
-        raise
-    return list(await pending)
+        if while_waiting is not None:
+            await asyncio.sleep(0)  # the calls take their first steps: connected ones send
+            while_waiting()
+        index: dict[asyncio.Future[ContributorOutcome], int] = {t: i for i, t in enumerate(tasks)}
+        pending: set[asyncio.Future[ContributorOutcome]] = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                outcome = task.result()  # a check that raised fails the fan-out with it
+                if fail_fast and _ends_fan_out(outcome, targets[index[task]]):
+                    settled = [t.result() for t in tasks if t.done() and not t.cancelled()]
+                    raise_for_failures(settled, targets)
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _ends_fan_out(outcome: ContributorOutcome, target: ContributorTarget) -> bool:
+    """Whether ``outcome`` fails the whole prepare whatever the others answer: a ``fail``-policy
+    call that failed other than by the deadline (which all calls reach together)."""
+    return (
+        not outcome.ok
+        and outcome.status not in _DEADLINE_STATUSES
+        and target.failure_policy == "fail"
+    )
 
 
 def raise_for_failures(
@@ -612,10 +636,12 @@ class _Burst:
         max_bytes: int,
         clock: Callable[[], float],
         check: Callable[[ContributorOutcome], ContributorOutcome] | None,
+        fail_fast: bool = False,
     ) -> None:
         self.client, self.wire, self.targets, self.common = client, wire, targets, common
         self.fields, self.deadline, self.max_bytes = packet_fields, deadline, max_bytes
-        self.clock, self.check = clock, check
+        self.clock, self.check, self.fail_fast = clock, check, fail_fast
+        self.ended_early = False
         self.loop = asyncio.get_running_loop()
         self.outcomes: list[ContributorOutcome | None] = [None] * len(targets)
         self.waiting = len(targets)
@@ -638,7 +664,11 @@ class _Burst:
             raise
         finally:
             timer.cancel()
-        return [outcome for outcome in self.outcomes if outcome is not None]
+        settled = [outcome for outcome in self.outcomes if outcome is not None]
+        if self.ended_early:
+            self._abandon()
+            raise_for_failures(settled, self.targets)
+        return settled
 
     async def _start(self, index: int, target: ContributorTarget) -> None:
         started = self.clock()
@@ -744,12 +774,16 @@ class _Burst:
         if self.outcomes[index] is not None or self.all_settled.done():
             return
         try:
-            self.outcomes[index] = self.check(outcome) if self.check is not None else outcome
+            checked = self.check(outcome) if self.check is not None else outcome
         except BaseException as err:  # the caller's check failed: the fan-out fails with it
             self.all_settled.set_exception(err)
             return
+        self.outcomes[index] = checked
         self.waiting -= 1
         if self.waiting == 0:
+            self.all_settled.set_result(None)
+        elif self.fail_fast and _ends_fan_out(checked, self.targets[index]):
+            self.ended_early = True
             self.all_settled.set_result(None)
 
     def _abandon(self) -> None:
