@@ -126,6 +126,20 @@ def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
     assert elapsed < 1.0, f"{elapsed:.2f}s: the prepare waited for the hung source"
 
 
+def test_head_answers_every_get_route_without_a_body(service_factory: ServiceFactory) -> None:
+    """HEAD /healthz (a load balancer's probe) and HEAD on any GET route answer like GET with no
+    body; HEAD on a POST route is 405 naming POST."""
+    svc = service_factory(config({}))
+    with httpx.Client(base_url=svc.base, timeout=5) as client:
+        for path in ("/healthz", "/readyz", "/v1/models", "/metrics"):
+            got, head = client.get(path), client.head(path)
+            assert head.status_code == got.status_code == 200, path
+            assert head.content == b"", path
+            assert head.headers["content-type"] == got.headers["content-type"], path
+        refused = client.head("/v1/prepare")
+        assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+
+
 def test_a_late_answer_changes_nothing_stored(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:

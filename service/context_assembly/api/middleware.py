@@ -33,6 +33,11 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        method = scope["method"]
+        if method == "HEAD":
+            # HEAD is GET without the body (RFC 9110 §9.3.2): routed as GET (load balancers
+            # probe /healthz so); the server, which keeps its own scope, sends the head only.
+            scope = {**scope, "method": "GET"}
         incoming = dict(scope["headers"]).get(REQUEST_ID.encode(), b"").decode("latin-1")
         request_id = incoming if _usable_id(incoming) else secrets.token_hex(8)
         status = {"code": 0}  # the answer's status once its head is sent
@@ -67,7 +72,7 @@ class RequestContext:
             route: Any = scope.get("route")
             self.metrics.later.defer(
                 self._account,
-                scope["method"],
+                method,
                 getattr(route, "path", "unmatched"),
                 status["code"] or 500,
                 round((time.perf_counter() - started) * 1000, 3),
