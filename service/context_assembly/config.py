@@ -93,9 +93,22 @@ class ContributorSettings(_Section):
         return value
 
 
-class InlineUrlSettings(_Section):
-    allow: list[str] = Field(default_factory=list)
+class InlineUrlEntry(_Section):
+    """An allowlist entry that may also admit private answers: ``{prefix = "...",
+    allow_private = true}`` (a sidecar on loopback), where a plain string admits public ones."""
+
+    prefix: str
     allow_private: bool = False
+
+
+class InlineUrlSettings(_Section):
+    allow: list[str | InlineUrlEntry] = Field(default_factory=list)
+    # Every entry admits private answers (prefer the entry's own ``allow_private``).
+    allow_private: bool = False
+
+    def entries(self) -> list[str | tuple[str, bool]]:
+        """The allowlist as ``UrlPolicy`` takes it."""
+        return [e if isinstance(e, str) else (e.prefix, e.allow_private) for e in self.allow]
 
 
 class LimitSettings(_Section):

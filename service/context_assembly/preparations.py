@@ -408,14 +408,14 @@ class Preparations:
         self.resolver = resolver
         self.clock = clock or Clock()
         self.url_policy = UrlPolicy(
-            allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
+            allow=settings.inline_urls.entries(), allow_private=settings.inline_urls.allow_private
         )
         self.passed_checks: PassedChecks = set()
 
     def reconfigure(self, settings: Settings) -> None:
         """Take reloaded settings (contributors, allowlist, limits) for the next calls."""
         policy = UrlPolicy(
-            allow=settings.inline_urls.allow, allow_private=settings.inline_urls.allow_private
+            allow=settings.inline_urls.entries(), allow_private=settings.inline_urls.allow_private
         )
         self.settings, self.url_policy = settings, policy
 

@@ -296,3 +296,44 @@ def test_private_ipv4_inside_6to4_and_nat64_is_refused(ip: ipaddress.IPv4Address
     nat64 = ipaddress.IPv6Address(int(ipaddress.IPv6Address("64:ff9b::")) | int(ip))
     assert forbidden_category(six_to_four) is not None
     assert forbidden_category(nat64) is not None
+
+
+async def test_private_answers_are_admitted_only_under_an_entry_that_permits_them() -> None:
+    """``(prefix, True)`` admits a loopback sidecar; a plain entry beside it still refuses a
+    name that resolves to a private address (the global ``allow_private`` admitted both)."""
+    resolver = RecordingResolver({"hooks.example.com": ["10.0.0.1"], "sidecar.test": ["127.0.0.1"]})
+    policy = UrlPolicy(allow=["https://hooks.example.com/", ("http://sidecar.test:9001/", True)])
+    checked = await check_url(
+        "http://sidecar.test:9001/contribute", policy, resolver, source="memory"
+    )
+    assert checked.addresses == ("127.0.0.1",)
+    with pytest.raises(UrlRejectedError) as info:
+        await check_url("https://hooks.example.com/c", policy, resolver, source="memory")
+    assert "private" in info.value.detail
+    broad = UrlPolicy(allow=["https://hooks.example.com/"], allow_private=True)
+    assert await check_url("https://hooks.example.com/c", broad, resolver, source="memory")
+    with pytest.raises(UrlRejectedError) as info:  # never metadata, whatever the entry says
+        await check_url(
+            "http://169.254.169.254/",
+            UrlPolicy(allow=[("http://169.254.169.254/", True)]),
+            resolver,
+            source="memory",
+        )
+    assert "metadata" in info.value.detail
+
+
+def test_the_allowlist_takes_strings_and_entries_from_the_configuration() -> None:
+    from context_assembly.config import load_settings
+
+    settings = load_settings(
+        inline_urls={
+            "allow": [
+                "https://hooks.example.com/",
+                {"prefix": "http://127.0.0.1:9001/", "allow_private": True},
+            ]
+        }
+    )
+    assert settings.inline_urls.entries() == [
+        "https://hooks.example.com/",
+        ("http://127.0.0.1:9001/", True),
+    ]

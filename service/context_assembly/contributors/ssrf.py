@@ -197,23 +197,34 @@ def _parse_prefix(prefix: str) -> _Prefix:
 class UrlPolicy:
     """Which inline contributor URLs a request may name.
 
-    ``allow`` holds URL prefixes (``"https://hooks.example.com/contribute/"``); an empty list
-    admits no inline URL. ``allow_private`` admits loopback and private-network answers (sidecar
-    deployments) but never metadata, unspecified, multicast or reserved addresses.
-    Raises ``ValueError`` for a malformed prefix, so configuration fails fast.
+    ``allow`` holds URL prefixes (``"https://hooks.example.com/contribute/"``), each a string or
+    a ``(prefix, allow_private)`` pair; an empty list admits no inline URL. Private answers
+    (loopback and private networks: a sidecar) are admitted for a URL under an entry that
+    permits them, or under every entry with ``allow_private``; never metadata, unspecified,
+    multicast or reserved addresses. Raises ``ValueError`` for a malformed prefix, so
+    configuration fails fast.
     """
 
-    allow: Sequence[str]
+    allow: Sequence[str | tuple[str, bool]]
     allow_private: bool = False
-    _prefixes: tuple[_Prefix, ...] = field(init=False, repr=False, compare=False)
+    _prefixes: tuple[tuple[_Prefix, bool], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", tuple(self.allow))
-        object.__setattr__(self, "_prefixes", tuple(_parse_prefix(p) for p in self.allow))
+        entries = [(e, False) if isinstance(e, str) else e for e in self.allow]
+        prefixes = tuple((_parse_prefix(p), private) for p, private in entries)
+        object.__setattr__(self, "_prefixes", prefixes)
 
     def admits(self, scheme: str, host: str, port: int, path: str) -> bool:
         """Whether the parsed origin and path fall under an allowlist prefix."""
-        return any(p.matches(scheme, host, port, path) for p in self._prefixes)
+        return self.admission(scheme, host, port, path) is not None
+
+    def admission(self, scheme: str, host: str, port: int, path: str) -> bool | None:
+        """``None`` outside the allowlist; else whether private answers are admitted for it."""
+        matched = [private for p, private in self._prefixes if p.matches(scheme, host, port, path)]
+        if not matched:
+            return None
+        return self.allow_private or any(matched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +306,8 @@ async def check_url(
     if _ENCODED_PATH_TRICKS.search(parsed.raw_path.decode("ascii").split("?", 1)[0]):
         raise reject("percent-encoded '.', '/' or '\\' in the path")
     port = parsed.port if parsed.port is not None else _DEFAULT_PORTS[parsed.scheme]
-    if not policy.admits(parsed.scheme, host, port, path):
+    allow_private = policy.admission(parsed.scheme, host, port, path)
+    if allow_private is None:
         raise reject("not in the inline URL allowlist")
     checked_url = str(parsed)
 
@@ -303,18 +315,18 @@ async def check_url(
         raise reject("IPv6 zone identifiers are not allowed")
     literal = _literal_ip(host)
     if literal is not None:
-        category = forbidden_category(literal, allow_private=policy.allow_private)
+        category = forbidden_category(literal, allow_private=allow_private)
         if category is not None:
             raise reject(f"address is {category}")
         return CheckedTarget(checked_url, parsed.scheme, host, port, (str(literal),))
     legacy = _legacy_ipv4(host)
     if legacy is not None:
-        category = forbidden_category(legacy, allow_private=policy.allow_private)
+        category = forbidden_category(legacy, allow_private=allow_private)
         suffix = f" ({category})" if category is not None else ""
         raise reject(f"non-canonical numeric IPv4 host{suffix}")
     if host in _METADATA_NAMES:
         raise reject("host is a cloud metadata service")
-    if not policy.allow_private and (host == "localhost" or host.endswith(".localhost")):
+    if not allow_private and (host == "localhost" or host.endswith(".localhost")):
         raise reject("host is loopback (localhost)")
 
     resolve = resolver if resolver is not None else system_resolver
@@ -337,7 +349,7 @@ async def check_url(
         ip = _literal_ip(answer.split("%", 1)[0])
         if ip is None:
             raise reject("the resolver returned a non-address answer")
-        category = forbidden_category(ip, allow_private=policy.allow_private)
+        category = forbidden_category(ip, allow_private=allow_private)
         if category is not None:
             raise reject(f"host resolves to a {category} address")
         if str(ip) not in addresses:
