@@ -118,6 +118,24 @@ def test_unknown_path_and_method(make_client: AppFactory) -> None:
     _problem(client.get("/v1/prepare"), 405, "METHOD_NOT_ALLOWED")
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP"])
+def test_a_compressed_body_is_refused_naming_the_coding(
+    make_client: AppFactory, coding: str
+) -> None:
+    """A body with a Content-Encoding is refused as such (once gzip was a JSON parse error and
+    a plain body labelled br was read as if uncompressed); identity is fine."""
+    import gzip
+
+    client = make_client()
+    raw = orjson.dumps(basic_request())
+    headers = {"content-type": "application/json", "content-encoding": coding}
+    refused = client.post("/v1/prepare", content=gzip.compress(raw), headers=headers)
+    body = _problem(refused, 422, "CONTEXT_ASSEMBLY_INVALID")
+    assert coding.lower() in body["detail"] and body["field"] == "(body)"
+    headers["content-encoding"] = "identity"
+    assert client.post("/v1/prepare", content=raw, headers=headers).status_code == 200
+
+
 def test_a_trailing_slash_is_an_unknown_path(make_client: AppFactory) -> None:
     """``/v1/prepare/`` is a 404 problem, not a 307 redirect with an empty body."""
     client = make_client()

@@ -11,7 +11,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from context_assembly.api.problems import InternalError, problem_response
-from context_assembly.errors import PayloadTooLargeError
+from context_assembly.errors import InvalidError, PayloadTooLargeError
 from context_assembly.metrics import Metrics
 
 log = structlog.get_logger("context_assembly.http")
@@ -126,9 +126,20 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             await self._refuse(scope, receive, send, limit)
+            return
+        coding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if coding not in (b"identity", b""):
+            # Read as JSON it would fail with a misleading parse error, or pass unread.
+            err = InvalidError(
+                "invalid request: (body): Content-Encoding "
+                f"{coding.decode('latin-1')!r} is not supported; send the body uncompressed",
+                field="(body)",
+            )
+            await problem_response(err, scope.get("path"))(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0
