@@ -172,7 +172,7 @@ _REQUEST_ID = {
     "required": False,
     "description": "Echoed in the answer's X-Request-Id when 1-128 visible ASCII characters; "
     "otherwise the answer names the new id. Every log line of the request carries it.",
-    "schema": {"type": "string", "maxLength": 128},
+    "schema": {"type": "string"},  # any value is accepted: one that is not usable is replaced
 }
 
 
