@@ -472,9 +472,8 @@ class Preparations:
     async def _call_inline(
         self,
         ref: ContributorRef,
-        fields: PacketFields,
         deadline: float,
-        check: Callable[[ContributorOutcome], ContributorOutcome],
+        call: Callable[[list[ContributorTarget]], Awaitable[list[ContributorOutcome]]],
     ) -> tuple[ContributorTarget | None, ContributorOutcome]:
         """Check one inline URL (its DNS inside the deadline), then call it. A refused or
         unresolved URL, or a lookup past the deadline, raises under ``fail``; under ``omit`` it
@@ -491,16 +490,7 @@ class Preparations:
             )
             elapsed = (self.clock.monotonic() - started) * 1000.0
             return None, ContributorOutcome(ref.source, status, elapsed, cause=cause)
-        [outcome] = await contribute_all(
-            self.client,
-            [target],
-            fields,
-            deadline,
-            self.settings.limits.max_contributor_response_bytes,
-            self.clock.monotonic,
-            check=check,
-            fail_fast=True,
-        )
+        [outcome] = await call([target])
         return target, replace(outcome, duration_ms=(self.clock.monotonic() - started) * 1000.0)
 
     async def _collect(
@@ -545,24 +535,23 @@ class Preparations:
                 source_token_limits=request.options.source_token_limits,
                 attempt=attempt,
             )
-            check = functools.partial(
-                _check_and_digest, request=request, digests=digests, passed=self.passed_checks
-            )
-            registered = contribute_all(
+            call = functools.partial(
+                contribute_all,
                 self.client,
-                targets,
-                fields,
-                deadline,
-                self.settings.limits.max_contributor_response_bytes,
-                self.clock.monotonic,
-                check=check,
-                while_waiting=while_waiting,
+                packet_fields=fields,
+                deadline_monotonic=deadline,
+                max_response_bytes=self.settings.limits.max_contributor_response_bytes,
+                clock=self.clock.monotonic,
+                check=functools.partial(
+                    _check_and_digest, request=request, digests=digests, passed=self.passed_checks
+                ),
                 fail_fast=True,
             )
+            registered = call(targets, while_waiting=while_waiting)
             if inline:
                 # Each inline URL's lookup runs beside the others and the registered calls.
                 called = await _first_error_cancels(
-                    registered, *(self._call_inline(ref, fields, deadline, check) for ref in inline)
+                    registered, *(self._call_inline(ref, deadline, call) for ref in inline)
                 )
                 outcomes = list(called[0])
                 for target, outcome in called[1:]:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
+from context_assembly.contributors.ssrf import Resolver
 from context_assembly.preparations import Clock
 
 KEYS = {"acme": "key-acme-0001", "globex": "key-globex-0002"}
@@ -41,6 +42,7 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         wall: FakeWall | None = None,
         contributor_transport: httpx.MockTransport | None = None,
         monotonic: Callable[[], float] | None = None,
+        resolver: Resolver | None = None,
         **overrides: Any,
     ) -> TestClient:
         settings_kw: dict[str, Any] = {
@@ -62,7 +64,7 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         clock = None
         if wall is not None or monotonic is not None:
             clock = Clock(wall=wall or Clock().wall, monotonic=monotonic or Clock().monotonic)
-        app = create_app(settings, client=client, clock=clock)
+        app = create_app(settings, client=client, clock=clock, resolver=resolver)
         test_client = TestClient(app, raise_server_exceptions=False)
         test_client.__enter__()
         clients.append(test_client)

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from api_support import basic_request
+from api_support import AppFactory, basic_request
 from fastapi.testclient import TestClient
-
-from context_assembly.api.app import create_app
-from context_assembly.config import load_settings
 
 PUBLIC = "93.184.216.34"
 HOSTS = ("nowhere.test", "good.test", "hang.test", "a.test", "b.test")
@@ -56,25 +52,16 @@ def answer(request: httpx.Request) -> httpx.Response:
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Any]:
-    clients: list[TestClient] = []
-
+def serve(make_client: AppFactory) -> Callable[[SlowResolver], TestClient]:
     def make(resolver: SlowResolver) -> TestClient:
-        settings = load_settings(
-            store={"path": str(tmp_path / f"db{len(clients)}.db")},
+        return make_client(
+            contributor_transport=httpx.MockTransport(answer),
+            resolver=resolver,
             contributors={"hook": {"url": "http://contributor.test/hook"}},
             inline_urls={"allow": [f"http://{host}/" for host in HOSTS]},
         )
-        client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
-        app = create_app(settings, client=client, resolver=resolver)
-        test_client = TestClient(app, raise_server_exceptions=False)
-        test_client.__enter__()
-        clients.append(test_client)
-        return test_client
 
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
+    return make
 
 
 def body(inline: dict[str, str], policy: str = "omit", timeout_ms: int = 1000) -> dict[str, Any]:

@@ -18,6 +18,20 @@ def _prepare(client: Any, body: dict[str, Any] | None = None, **headers: str) ->
     return data
 
 
+def _hooked(
+    make_client: AppFactory, handler: Any, policy: str | None = None, **client_kw: Any
+) -> tuple[Any, dict[str, Any]]:
+    """A client whose registered contributor ``hook`` answers through ``handler``, and a prepare
+    request naming it as the source ``docs``."""
+    hook = {"url": "http://contributor.test/hook", **({"failure_policy": policy} if policy else {})}
+    client = make_client(
+        contributor_transport=httpx.MockTransport(handler), contributors={"hook": hook}, **client_kw
+    )
+    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
+    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    return client, body
+
+
 def _validate(client: Any, prep: dict[str, Any], **changes: Any) -> httpx.Response:
     body = {"model": "gpt-4o-mini", "scope": {}, "frame": neutral_frame(prep)}
     body.update(changes)
@@ -81,12 +95,7 @@ class TestValidate:
                 200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]}
             )
 
-        client = make_client(
-            contributor_transport=httpx.MockTransport(handler),
-            contributors={"hook": {"url": "http://contributor.test/hook"}},
-        )
-        body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
-        body["plugins"] = [*body["plugins"], {"name": "docs"}]
+        client, body = _hooked(make_client, handler)
         prep = _prepare(client, body)
         response = _validate(client, prep)
         assert response.status_code == 409
@@ -168,12 +177,7 @@ class TestRefreshRepair:
                 200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]}
             )
 
-        client = make_client(
-            contributor_transport=httpx.MockTransport(handler),
-            contributors={"hook": {"url": "http://contributor.test/hook"}},
-        )
-        body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
-        body["plugins"] = [*body["plugins"], {"name": "docs"}]
+        client, body = _hooked(make_client, handler)
         prep = _prepare(client, body)
         preparations = client.app.state.preparations  # type: ignore[attr-defined]
         app_state.update(
@@ -469,12 +473,7 @@ def test_a_source_omitted_at_prepare_is_not_checked_on_validate(make_client: App
             return httpx.Response(500)
         return httpx.Response(200, json={"revision": "r9", "blocks": []})
 
-    client = make_client(
-        contributor_transport=httpx.MockTransport(handler),
-        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
-    )
-    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
-    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    client, body = _hooked(make_client, handler, "omit")
     prep = _prepare(client, body)
     assert prep["selection"]["sources"][0]["status"] == "error"
     response = _validate(client, prep)
@@ -535,12 +534,7 @@ def test_an_answer_breaking_a_rule_alone_is_invalid_not_the_whole_prepare(
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"revision": "r1", "blocks": blocks})
 
-    client = make_client(
-        contributor_transport=httpx.MockTransport(handler),
-        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
-    )
-    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
-    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    client, body = _hooked(make_client, handler, "omit")
     body["assembly"] = {**body["assembly"], "max_blocks": 4}
     response = client.post("/v1/prepare", json=body)
     assert response.status_code == 200, response.text
@@ -563,13 +557,7 @@ def test_refresh_with_no_time_left_follows_the_failure_policy(make_client: AppFa
     def monotonic() -> float:
         return next(ticks) * 0.010  # every reading is 10 ms later
 
-    client = make_client(
-        contributor_transport=httpx.MockTransport(handler),
-        contributors={"hook": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
-        monotonic=monotonic,
-    )
-    body = basic_request(contributors=[{"source": "docs", "endpoint": "hook"}])
-    body["plugins"] = [*body["plugins"], {"name": "docs"}]
+    client, body = _hooked(make_client, handler, "omit", monotonic=monotonic)
     body["assembly"] = {"timeout_ms": 20}  # the prepare's clock readings use up the allowance
     prep = _prepare(client, body)
     refreshed = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=body)
