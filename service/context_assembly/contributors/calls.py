@@ -653,6 +653,8 @@ class _Burst:
         timer = self.loop.call_later(max(self.deadline - self.clock(), 0.0), self._expire)
         try:
             for index, target in enumerate(self.targets):
+                if self.ended_early:
+                    break  # a fail-policy call failed already: the rest is not sent
                 await self._start(index, target)
             if while_waiting is not None:
                 if self.tasks:
