@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -186,6 +187,28 @@ class Settings(BaseSettings):
 _TOML_FILE: dict[str, Path | None] = {"path": None}
 
 
+ENV_PREFIX = "CONTEXT_ASSEMBLY_"
+
+
+def _refuse_single_underscore_env() -> None:
+    """``CONTEXT_ASSEMBLY_STORE_BACKEND`` is a typo for ``CONTEXT_ASSEMBLY_STORE__BACKEND`` that
+    the environment source would ignore, starting the service on a setting it was not given:
+    a variable naming a section with one underscore is refused, naming the spelling meant.
+    Other ``CONTEXT_ASSEMBLY_*`` variables (the clients' ``..._URL``, ``..._API_KEY``) pass."""
+    for name in sorted(os.environ):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :]
+        for section in Settings.model_fields:
+            head = section.upper() + "_"
+            if rest.startswith(head) and not rest.startswith(head + "_"):
+                meant = f"{ENV_PREFIX}{section.upper()}__{rest[len(head) :]}"
+                raise ValueError(
+                    f"environment variable {name} is not a setting: nested keys take a double "
+                    f"underscore ({meant})"
+                )
+
+
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Settings from an optional TOML file, the environment and explicit overrides.
 
@@ -196,6 +219,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
     path = Path(config) if config is not None else None
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"configuration file not found: {path}")
+    _refuse_single_underscore_env()
     _TOML_FILE["path"] = path
     try:
         return Settings(**overrides)

@@ -402,3 +402,18 @@ def test_expired_records_are_purged_from_sqlite(
     while rows() and time.monotonic() < deadline:  # bounded polling: the purge runs every 50 ms
         time.sleep(0.05)
     assert rows() == 0
+
+
+def test_a_setting_spelt_with_one_underscore_in_the_environment_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``CONTEXT_ASSEMBLY_STORE_BACKEND`` (meant: ``..._STORE__BACKEND``) was ignored, and the
+    service started on SQLite; it is refused naming the spelling meant. The clients' own
+    ``CONTEXT_ASSEMBLY_URL`` and ``..._API_KEY`` beside a service pass."""
+    monkeypatch.setenv("CONTEXT_ASSEMBLY_URL", "http://127.0.0.1:8080")
+    monkeypatch.setenv("CONTEXT_ASSEMBLY_API_KEY", "k")
+    monkeypatch.setenv("CONTEXT_ASSEMBLY_INLINE_URLS__ALLOW_PRIVATE", "false")
+    assert load_settings().store.backend == "sqlite"
+    monkeypatch.setenv("CONTEXT_ASSEMBLY_STORE_BACKEND", "redis")
+    with pytest.raises(ValueError, match="CONTEXT_ASSEMBLY_STORE__BACKEND"):
+        load_settings()
