@@ -482,6 +482,8 @@ async def contribute_all(
     client must come from :func:`~.client.create_client` for inline targets to be pinned.
     """
     if not targets:
+        if while_waiting is not None:
+            while_waiting()  # no call to wait for: the caller's work is done here all the same
         return []
     common = {
         "input": [m.model_dump(mode="json", exclude_none=True) for m in packet_fields.input],
