@@ -141,4 +141,5 @@ def test_lookups_run_concurrently_and_the_packet_deadline_is_the_real_one(serve:
     deadlines = {p["source"]: p["deadline_unix_ms"] / 1000 for p in PACKETS[-3:]}
     assert set(deadlines) == {"reg", "a", "b"}
     for deadline in deadlines.values():
-        assert started + 1.0 - 0.05 <= deadline <= started + 1.0 + 0.05
+        # Taken after the lookups it would be ~0.3 s later.
+        assert started + 1.0 - 0.01 <= deadline <= started + 1.0 + 0.15
