@@ -197,6 +197,47 @@ class TestRefreshRepair:
         assert view["attempt"] == 2 and view["input_hash"] == "sha256:refreshed", "the write stays"
         assert writes == [2]
 
+    def test_a_repair_written_during_a_refresh_is_kept(self, make_client: AppFactory) -> None:
+        """A repair's estimate written while a refresh awaits its contributors survives the
+        refresh's write (compare and set, then carried over): a later repair usage report is
+        compared with it."""
+        contributes: list[str] = []
+        app_state: dict[str, Any] = {}
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            packet = orjson.loads(request.content)
+            if packet["type"] == "contribute":
+                contributes.append(packet["preparation_id"])
+                if len(contributes) == 2:  # the refresh's call: a repair writes meanwhile
+                    store, now = app_state["store"], app_state["now"]
+                    record = await store.get("default", packet["preparation_id"], now())
+                    repaired = {**record.data, "repair_estimated_input_tokens": 777}
+                    assert await store.replace_data("default", record.id, repaired, now())
+            return httpx.Response(
+                200, json={"revision": "r1", "blocks": [{"id": "x", "text": "hi"}]}
+            )
+
+        client, body = _hooked(make_client, handler)
+        preparations = client.app.state.preparations  # type: ignore[attr-defined]
+        app_state.update(store=preparations.store, now=preparations.clock.wall)
+        prep = _prepare(client, body)
+        edited = {**body, "input": [{"role": "user", "content": "Inspect receipt A42, briefly."}]}
+        refreshed = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=edited)
+        assert refreshed.status_code == 200, refreshed.text
+        assert len(contributes) == 2
+        usage = client.post(
+            f"/v1/preparations/{prep['preparation_id']}/usage",
+            json={
+                "report_id": "rep",
+                "provider": "openai",
+                "call": "repair",
+                "usage": {"prompt_tokens": 1000},
+            },
+        )
+        assert usage.json()["accounting"]["auxiliary"]["input_token_delta"] == 1000 - 777
+        view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
+        assert view["attempt"] == 2, "the refresh's own data was written"
+
     def test_a_refused_refresh_says_what_the_body_must_be(self, make_client: AppFactory) -> None:
         """A refresh body shaped {model, scope, history, input} cannot be laid out again: the 409
         says the whole prepare request is expected."""
