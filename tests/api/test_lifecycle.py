@@ -32,6 +32,16 @@ def _hooked(
     return client, body
 
 
+def _report(
+    client: Any, prep_id: str, report_id: str, provider: str, call: str, usage: Any
+) -> httpx.Response:
+    response: httpx.Response = client.post(
+        f"/v1/preparations/{prep_id}/usage",
+        json={"report_id": report_id, "provider": provider, "call": call, "usage": usage},
+    )
+    return response
+
+
 def _validate(client: Any, prep: dict[str, Any], **changes: Any) -> httpx.Response:
     body = {"model": "gpt-4o-mini", "scope": {}, "frame": neutral_frame(prep)}
     body.update(changes)
@@ -225,14 +235,8 @@ class TestRefreshRepair:
         refreshed = client.post(f"/v1/preparations/{prep['preparation_id']}/refresh", json=edited)
         assert refreshed.status_code == 200, refreshed.text
         assert len(contributes) == 2
-        usage = client.post(
-            f"/v1/preparations/{prep['preparation_id']}/usage",
-            json={
-                "report_id": "rep",
-                "provider": "openai",
-                "call": "repair",
-                "usage": {"prompt_tokens": 1000},
-            },
+        usage = _report(
+            client, prep["preparation_id"], "rep", "openai", "repair", {"prompt_tokens": 1000}
         )
         assert usage.json()["accounting"]["auxiliary"]["input_token_delta"] == 1000 - 777
         view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
@@ -364,29 +368,17 @@ class TestUsage:
         the reports already applied still answer as before."""
         client = make_client(limits={"max_usage_reports": 2})
         prep = _prepare(client)
-        path = f"/v1/preparations/{prep['preparation_id']}/usage"
-        answers = []
-        for report_id in ("r1", "r2", "r3"):
-            answers.append(
-                client.post(
-                    path,
-                    json={
-                        "report_id": report_id,
-                        "provider": "openai",
-                        "call": "main",
-                        "usage": {"prompt_tokens": 10},
-                    },
-                )
-            )
+        prep_id = prep["preparation_id"]
+        answers = [
+            _report(client, prep_id, report_id, "openai", "main", {"prompt_tokens": 10})
+            for report_id in ("r1", "r2", "r3")
+        ]
         assert [a.status_code for a in answers] == [200, 200, 422]
         problem = answers[2].json()
         assert problem["code"] == "CONTEXT_ASSEMBLY_INVALID"
         assert "limits.max_usage_reports" in problem["detail"]
         assert problem["max_usage_reports"] == 2
-        repeat = client.post(
-            path,
-            json={"report_id": "r2", "provider": "openai", "call": "main", "usage": {}},
-        )
+        repeat = _report(client, prep_id, "r2", "openai", "main", {})
         assert repeat.status_code == 200 and repeat.json() == answers[1].json()
 
     def test_counts_adding_up_past_max_count_are_refused(self, make_client: AppFactory) -> None:
@@ -394,15 +386,8 @@ class TestUsage:
         answer 422 naming the usage object."""
         client = make_client()
         prep = _prepare(client)
-        response = client.post(
-            f"/v1/preparations/{prep['preparation_id']}/usage",
-            json={
-                "report_id": "big",
-                "provider": "anthropic",
-                "call": "main",
-                "usage": {"input_tokens": 2**64 - 1, "cache_read_input_tokens": 10},
-            },
-        )
+        usage = {"input_tokens": 2**64 - 1, "cache_read_input_tokens": 10}
+        response = _report(client, prep["preparation_id"], "big", "anthropic", "main", usage)
         assert response.status_code == 422, response.text
         assert response.json()["field"] == "usage.input_tokens"
 
