@@ -23,7 +23,7 @@ from typing import Any, get_type_hints
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.middleware import BODY
 from context_assembly.errors import InvalidError
-from context_assembly.validation import invalid_from_errors
+from context_assembly.validation import invalid_from_errors, parse_model
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 Getter = Callable[[Request], Awaitable[Any]]
@@ -60,10 +60,7 @@ async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
             "invalid request: (body): the body must be JSON (content-type: application/json)",
             field="(body)",
         )
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as err:
-        raise invalid_from_errors(err.errors(include_url=False, include_input=False)) from err
+    return parse_model(model, raw)
 
 
 async def _tenant(request: Request) -> str:
