@@ -18,7 +18,11 @@
    every core is busy, the c=16 latency measures the machine, not the service alone.
 4. At c=16 the first 160 prepares are a warm-up, printed on their own line: they open most of
    the 128 contributor connections the steady state keeps (c=4 and c=1 before needed at most
-   32). The c=16 figures that follow are the steady state of a running service.
+   32). The c=16 figures that follow are the steady state of a running service, in four rounds
+   interleaved with two floors at c=16 with no service in the path: 16 loops of fan-outs from
+   this process through a bare aiohttp session (the baseline's client and settings,
+   perf-baseline.md §4) and through the service's own contributor client. The c=16 p50 moves
+   with the machine's hour; the floors move with it, and the ratio to the bare floor does not.
 5. The load client (``load``) is lean, as wrk was in the baseline's HTTP figures
    (perf-baseline.md §3): keep-alive connections, each request written from bytes prepared once,
    its answer framed by httptools, on uvloop, like every process here. The inline and c=1
@@ -204,11 +208,13 @@ class _Exchange(asyncio.Protocol):
 
 
 async def load(
-    url: str, body: bytes | list[bytes], concurrency: int, total: int
+    url: str, body: bytes | list[bytes], concurrency: int, total: int, *, settle: bool = False
 ) -> tuple[list[float], int]:
     """``total`` POSTs of ``body`` (or of each of ``body`` in turn) from ``concurrency`` workers,
     each on its own keep-alive connection; a non-200 answer, a closed connection or 30 s without
-    an answer counts as an error (and the next request opens a new connection).
+    an answer counts as an error (and the next request opens a new connection). With ``settle``
+    each worker's first request, sent in step with the others', is sent on top of ``total`` and
+    its latency not counted (its errors are), as the floors' first fan-out of each loop.
 
     The load client is lean on purpose, as wrk is in the baseline (perf-baseline.md §3): each
     request is written from bytes prepared once and its answer framed by httptools, on uvloop.
@@ -233,9 +239,11 @@ async def load(
     async def worker() -> None:
         nonlocal remaining, errors, connections
         conn: _Exchange | None = None
+        first = settle
         try:
-            while remaining > 0:
-                remaining -= 1
+            while remaining > 0 or first:
+                if not first:
+                    remaining -= 1
                 request = requests[remaining % len(requests)]
                 started = time.perf_counter()
                 try:
@@ -257,7 +265,9 @@ async def load(
                     if conn is not None and conn.transport is not None:
                         conn.transport.close()
                     conn = None
-                latencies.append(time.perf_counter() - started)
+                if not first:
+                    latencies.append(time.perf_counter() - started)
+                first = False
         finally:
             if conn is not None and conn.transport is not None:
                 conn.transport.close()
@@ -303,10 +313,12 @@ async def load_aiohttp(
     return latencies, errors
 
 
-async def floor_fanouts(urls: list[str], total: int, how: str) -> list[float]:
+async def floor_fanouts(urls: list[str], total: int, how: str, concurrency: int = 1) -> list[float]:
     """``total`` fan-outs to ``urls`` from this process, with no service in the path: through the
     service's own contributor client (``how="client"``: ``contribute_all``, as the service calls
-    it) or a bare aiohttp session (``"aiohttp"``: no deadline, signing or validation)."""
+    it) or a bare aiohttp session (``"aiohttp"``: no deadline, signing or validation), from
+    ``concurrency`` loops of fan-outs one after another (at 16, 128 calls in flight, as the
+    baseline's c=16 fan-out, perf-baseline.md §4, with its ``TCPConnector(limit=200)``)."""
     from context_assembly.contributors import (
         ContributorTarget,
         PacketFields,
@@ -325,7 +337,7 @@ async def floor_fanouts(urls: list[str], total: int, how: str) -> list[float]:
         deadline_unix_ms=0,
     )
     client = create_client()
-    session = aiohttp.ClientSession()
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=200))
 
     async def one() -> None:
         if how == "client":
@@ -341,12 +353,19 @@ async def floor_fanouts(urls: list[str], total: int, how: str) -> list[float]:
         await asyncio.gather(*(post(url) for url in urls))
 
     latencies: list[float] = []
-    try:
-        await one()  # connections
-        for _ in range(total):
+    remaining = total
+
+    async def loop_of_fanouts() -> None:
+        nonlocal remaining
+        await one()  # this loop's connections, not counted
+        while remaining > 0:
+            remaining -= 1
             started = time.perf_counter()
             await one()
             latencies.append(time.perf_counter() - started)
+
+    try:
+        await asyncio.gather(*(loop_of_fanouts() for _ in range(concurrency)))
     finally:
         await session.close()
         await client.aclose()
@@ -503,25 +522,52 @@ def main() -> None:
             f"  c=16  n=160  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
             "  (warm-up: the contributor connection pool grows to 128)"
         )
-        before = cpu_seconds(service.pid)
-        before_contributors = sum(cpu_seconds(proc.pid) for proc in contributors)
-        before_client = time.process_time()
-        before_busy, before_total = machine_busy_seconds()
-        lat, errors = run(load(svc, fan, 16, 800))
-        busy, total = machine_busy_seconds()
-        cpu = cpu_seconds(service.pid) - before
-        per = 1000 / len(lat)
+        # The steady state, in four interleaved rounds with two floors at the same concurrency
+        # and no service in the path: 16 loops of fan-outs from this process, through a bare
+        # aiohttp session (the baseline's client) and through the service's own contributor
+        # client. What the machine gives a fan-out at c=16 changes 2x between hours; the floors,
+        # measured in the same minute, say how much of the service's p50 is the machine's. The
+        # first 16 prepares of a round start in step and are not counted, as the first fan-out of
+        # each floor loop is not.
+        lat, errors, cpu, contributors_cpu, client_cpu, busy, total = [], 0, 0.0, 0.0, 0.0, 0.0, 0.0
+        sent = 0  # with each round's first 16, whose latencies are not counted (``settle``)
+        bare16: list[float] = []
+        client16: list[float] = []
+        for _ in range(4):
+            before = cpu_seconds(service.pid)
+            before_contributors = sum(cpu_seconds(proc.pid) for proc in contributors)
+            before_client = time.process_time()
+            before_busy, before_total = machine_busy_seconds()
+            round_lat, round_errors = run(load(svc, fan, 16, 200, settle=True))
+            sent += 200 + 16
+            after_busy, after_total = machine_busy_seconds()
+            client_cpu += time.process_time() - before_client
+            cpu += cpu_seconds(service.pid) - before
+            contributors_cpu += (
+                sum(cpu_seconds(proc.pid) for proc in contributors) - before_contributors
+            )
+            busy += after_busy - before_busy
+            total += after_total - before_total
+            lat += round_lat
+            errors += round_errors
+            bare16 += run(floor_fanouts(urls, 200, "aiohttp", 16))
+            client16 += run(floor_fanouts(urls, 200, "client", 16))
+        per = 1000 / sent
         print(
-            f"  c=16  n=800  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
+            f"  c=16  n={len(lat)}  p50 {pct(lat, 0.5):6.2f} ms  p99 {pct(lat, 0.99):6.2f} ms  errors {errors}"
             f"  service CPU {cpu * per:5.2f} ms per prepare"
         )
         # At c=16 the machine itself is the limit: what every process spent per prepare.
         print(
-            f"        CPU per prepare: the eight contributors"
-            f" {(sum(cpu_seconds(proc.pid) for proc in contributors) - before_contributors) * per:5.2f} ms,"
-            f" this load client {(time.process_time() - before_client) * per:5.2f} ms;"
-            f" machine busy {(busy - before_busy) / (total - before_total) * 100:3.0f}%"
-            f" of {os.cpu_count()} cores"
+            f"        CPU per prepare: the eight contributors {contributors_cpu * per:5.2f} ms,"
+            f" this load client {client_cpu * per:5.2f} ms;"
+            f" machine busy {busy / total * 100:3.0f}% of {os.cpu_count()} cores"
+        )
+        print(
+            f"  floors at c=16, no service: bare aiohttp p50 {pct(bare16, 0.5):6.2f} ms"
+            f" p99 {pct(bare16, 0.99):6.2f} ms, our contributor client p50 {pct(client16, 0.5):6.2f} ms"
+            f" p99 {pct(client16, 0.99):6.2f} ms; the service's p50 is"
+            f" {pct(lat, 0.5) / pct(bare16, 0.5):.2f}x the bare aiohttp floor's"
         )
     finally:
         for proc in procs:
