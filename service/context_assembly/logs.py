@@ -11,6 +11,7 @@ import sys
 
 import orjson
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -27,7 +28,9 @@ def configure_logging(level: str = "info") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks,
+            # A traceback's frames without their local variables: structlog shows locals by
+            # default, and a frame's locals can hold a request's text (a frame, blocks, input).
+            structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False)),
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
