@@ -39,6 +39,9 @@ class ServiceError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.extensions = {k: v for k, v in extensions.items() if v is not None}
+        # The contributor calls that had settled when a prepare failed, for the metrics:
+        # ``(source, status, duration_ms)``. Not part of the problem body.
+        self.calls: tuple[tuple[str, str, float], ...] = ()
 
     def to_problem(self, instance: str | None = None) -> dict[str, Any]:
         """The RFC 9457 body: standard members, ``code``, then this error's extensions."""

@@ -1,15 +1,21 @@
 """Prometheus metrics of one service process (each app gets its own registry).
 
-Labels carry source names, statuses and reasons only: never ids, text or tenants' data.
+Labels carry operations, statuses, reasons and contributor names only: never ids, text or
+tenants' data, and never a value a caller chooses freely. A contributor call is labelled by the
+registered endpoint it went to (the operator's configuration bounds that set), or ``inline`` for
+an inline URL; a request's own source names would let one caller grow the series without bound
+and would show every tenant's names on the unauthenticated ``/metrics``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from context_assembly.afterwards import Afterwards
+from context_assembly.core.request import ContributorRef
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 
 _LATENCY_BUCKETS = (
@@ -54,14 +60,14 @@ class Metrics:
         )
         self.prepare_seconds = Histogram(
             "context_assembly_prepare_seconds",
-            "Wall time of prepare and refresh calls",
-            ["operation"],
+            "Wall time of prepare and refresh calls by HTTP status (failed ones included)",
+            ["operation", "status"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.contributor_seconds = Histogram(
             "context_assembly_contributor_seconds",
-            "Contributor call duration by source and status",
+            "Contributor call duration by contributor (registered endpoint, or inline) and status",
             ["source", "status"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
@@ -84,6 +90,7 @@ class Metrics:
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._contributor_children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[tuple[str, str], Any] = {}
+        self._prepare_children: dict[tuple[str, str], Any] = {}
 
     def count_request(self, route: str, status: int) -> None:
         """One answered HTTP request (the access line's counter)."""
@@ -95,19 +102,49 @@ class Metrics:
         seconds: float,
         response: PrepareResponse,
         decisions: DecisionTally | None = None,
+        contributors: Sequence[ContributorRef] = (),
     ) -> None:
         """One answered prepare or refresh; ``decisions`` is ``decision_tally`` of its manifest
-        when the caller has it (a memoised turn counted them once), else it is counted here."""
-        self.prepare_seconds.labels(operation).observe(seconds)
+        when the caller has it (a memoised turn counted them once), else it is counted here.
+        ``contributors`` are the request's, which say where each webhook source was called."""
+        _child(self._prepare_children, self.prepare_seconds, (operation, "200")).observe(seconds)
         tally = decisions if decisions is not None else decision_tally(response.selection.blocks)
         for key, amount in tally:
             _child(self._decision_children, self.decisions, key).inc(amount)
+        labels = contributor_labels(contributors)
         for source in response.selection.sources:
             if source.kind == "webhook":
-                key = (source.source, source.status)
-                child = _child(self._contributor_children, self.contributor_seconds, key)
-                child.observe(source.duration_ms / 1000.0)
+                self._observe_call(labels, source.source, source.status, source.duration_ms)
+
+    def observe_failure(
+        self,
+        operation: str,
+        seconds: float,
+        status: int,
+        calls: Sequence[tuple[str, str, float]] = (),
+        contributors: Sequence[ContributorRef] = (),
+    ) -> None:
+        """One prepare or refresh answered with an error ``status``, and the contributor calls
+        that had settled when it failed (``(source, status, duration_ms)``; a 502 or 504 carries
+        them); the calls it abandoned have no outcome to count."""
+        key = (operation, str(status))
+        _child(self._prepare_children, self.prepare_seconds, key).observe(seconds)
+        labels = contributor_labels(contributors)
+        for source, call_status, duration_ms in calls:
+            self._observe_call(labels, source, call_status, duration_ms)
+
+    def _observe_call(
+        self, labels: Mapping[str, str], source: str, status: str, duration_ms: float
+    ) -> None:
+        key = (labels.get(source, "inline"), status)
+        child = _child(self._contributor_children, self.contributor_seconds, key)
+        child.observe(duration_ms / 1000.0)
 
     def render(self) -> bytes:
         self.later.run_pending()
         return generate_latest(self.registry)
+
+
+def contributor_labels(contributors: Sequence[ContributorRef]) -> dict[str, str]:
+    """Each webhook source's metric label: the registered endpoint it names, or ``inline``."""
+    return {c.source: c.endpoint if c.endpoint is not None else "inline" for c in contributors}

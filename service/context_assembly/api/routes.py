@@ -23,6 +23,7 @@ from context_assembly.core.result import PrepareResponse
 from context_assembly.errors import (
     InvalidError,
     NotFoundError,
+    ServiceError,
     StoreUnavailableError,
     UnauthenticatedError,
 )
@@ -74,13 +75,32 @@ def json_response(model: BaseModel) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-def _answer(prepared: Prepared, metrics: Metrics, operation: str, seconds: float) -> Response:
+def _answer(
+    prepared: Prepared, metrics: Metrics, operation: str, seconds: float, body: PrepareRequest
+) -> Response:
     """The prepared JSON as the answer; its metrics are recorded a moment later (they are not
     the caller's to wait for, nor its next request's: ``afterwards.py``)."""
     metrics.later.defer(
-        metrics.observe_preparation, operation, seconds, prepared.response, prepared.decisions
+        metrics.observe_preparation,
+        operation,
+        seconds,
+        prepared.response,
+        prepared.decisions,
+        body.contributors,
     )
     return Response(prepared.body, media_type="application/json")
+
+
+def _failed(
+    err: Exception, metrics: Metrics, operation: str, seconds: float, body: PrepareRequest
+) -> None:
+    """A prepare or refresh that failed is counted too: its latency under its status, and the
+    contributor calls that had settled (a 502 or 504 carries them)."""
+    status = err.status if isinstance(err, ServiceError) else 500
+    calls = err.calls if isinstance(err, ServiceError) else ()
+    metrics.later.defer(
+        metrics.observe_failure, operation, seconds, status, calls, body.contributors
+    )
 
 
 async def get_tenant(request: Request) -> str:
@@ -120,8 +140,12 @@ async def prepare(
 ) -> Response:
     """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
     started = time.perf_counter()
-    prepared = await service.prepare(tenant, body)
-    return _answer(prepared, metrics, "prepare", time.perf_counter() - started)
+    try:
+        prepared = await service.prepare(tenant, body)
+    except Exception as err:
+        _failed(err, metrics, "prepare", time.perf_counter() - started, body)
+        raise
+    return _answer(prepared, metrics, "prepare", time.perf_counter() - started, body)
 
 
 @v1.post("/budget", response_model=BudgetResponse, responses=_problems(*COMMON), name="budget")
@@ -165,8 +189,12 @@ async def refresh(
 ) -> Response:
     """One more contribution and selection round after host hooks edited history or input (once)."""
     started = time.perf_counter()
-    prepared = await service.refresh(tenant, preparation_id, body)
-    return _answer(prepared, metrics, "refresh", time.perf_counter() - started)
+    try:
+        prepared = await service.refresh(tenant, preparation_id, body)
+    except Exception as err:
+        _failed(err, metrics, "refresh", time.perf_counter() - started, body)
+        raise
+    return _answer(prepared, metrics, "refresh", time.perf_counter() - started, body)
 
 
 @v1.post(

@@ -546,7 +546,8 @@ def raise_for_failures(
     A non-deadline failure wins (``ContributorFailedError``, 502, naming the first such source
     with its status and cause); if every failure is a deadline one (``timeout`` or
     ``skipped_deadline``) it is ``AssemblyTimeoutError`` (504) naming the sources. Both carry
-    ``contributors``: every failed ``fail``-policy source with its status and cause.
+    ``contributors``: every failed ``fail``-policy source with its status and cause; and
+    ``calls``, every outcome given (the settled calls), for the metrics.
     """
     policies = {t.source: t.failure_policy for t in targets}
     failed = [o for o in outcomes if not o.ok and policies.get(o.source, "fail") == "fail"]
@@ -554,21 +555,25 @@ def raise_for_failures(
         return
     listing = [{"source": o.source, "status": o.status, "cause": o.cause} for o in failed]
     hard = [o for o in failed if o.status not in _DEADLINE_STATUSES]
+    error: ContributorFailedError | AssemblyTimeoutError
     if hard:
         first = hard[0]
-        raise ContributorFailedError(
+        error = ContributorFailedError(
             f"contributor {first.source!r} failed: {first.status} ({first.cause})",
             source=first.source,
             contributor_status=first.status,
             cause=first.cause,
             contributors=listing,
         )
-    names = ", ".join(repr(o.source) for o in failed)
-    raise AssemblyTimeoutError(
-        f"contributors did not finish before the deadline: {names}",
-        sources=[o.source for o in failed],
-        contributors=listing,
-    )
+    else:
+        names = ", ".join(repr(o.source) for o in failed)
+        error = AssemblyTimeoutError(
+            f"contributors did not finish before the deadline: {names}",
+            sources=[o.source for o in failed],
+            contributors=listing,
+        )
+    error.calls = tuple((o.source, o.status, o.duration_ms) for o in outcomes)
+    raise error
 
 
 async def query_revision(
