@@ -9,9 +9,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
 from api_support import AppFactory, basic_request
+from prometheus_client.parser import text_string_to_metric_families
 
 from context_assembly.core.request import ContributorRef
 from context_assembly.metrics import Metrics
