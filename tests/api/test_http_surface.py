@@ -11,7 +11,10 @@ import orjson
 import pytest
 from api_support import AppFactory, basic_request
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
+from context_assembly.api import breakdown
 from context_assembly.api.app import GC_THRESHOLDS, create_app
 from context_assembly.api.openapi_export import render
 from context_assembly.config import load_settings
@@ -417,3 +420,52 @@ def test_a_setting_spelt_with_one_underscore_in_the_environment_is_refused(
     monkeypatch.setenv("CONTEXT_ASSEMBLY_STORE_BACKEND", "redis")
     with pytest.raises(ValueError, match="CONTEXT_ASSEMBLY_STORE__BACKEND"):
         load_settings()
+
+
+HOSTILE_NAMES = [
+    "line1\nFAKE   selected  protected  999 / 999  evil/x",
+    "\x1b[31mred\x1b[0m",
+    "abc\u202edcba",
+    "para\u2029graph\rreturn\x00nul",
+]
+
+
+def test_breakdown_shows_hostile_names_escaped_on_their_own_lines(make_client: AppFactory) -> None:
+    """Source names and block ids are the caller's: in the text view none starts a line of its
+    own or carries a control or format character (ANSI escapes, bidi overrides), and the HTML
+    view has none either; each is shown escaped (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    client = make_client()
+    body = basic_request()
+    body["plugins"] = [*body["plugins"], *({"name": n} for n in HOSTILE_NAMES)]
+    body["contributions"] = [
+        *body["contributions"],
+        *(
+            {"source": n, "revision": 1, "blocks": [{"id": f"id\u202e{i}", "text": "x"}]}
+            for i, n in enumerate(HOSTILE_NAMES)
+        ),
+    ]
+    response = client.post("/v1/prepare", json=body)
+    assert response.status_code == 200, response.text
+    prep = response.json()
+    path = f"/v1/preparations/{prep['preparation_id']}/breakdown"
+    text = client.get(path, headers={"Accept": "text/plain"}).text
+    lines = text.split("\n")
+    assert all(line.isprintable() for line in lines), [ln for ln in lines if not ln.isprintable()]
+    blocks = prep["selection"]["blocks"]
+    sources = prep["selection"]["sources"]
+    start = lines.index(f"blocks ({len(blocks)}):")
+    assert lines[start + len(blocks) + 1 : start + len(blocks) + 3] == ["", "sources:"]
+    after = lines[start + len(blocks) + 3 :]
+    assert after[len(sources)] == "", "one line per source, no more"
+    assert not any(ln.startswith("FAKE") for ln in lines)
+    assert "line1\\nFAKE" in text and "\\x1b[31mred" in text and "abc\\u202edcba" in text
+    html = client.get(path, headers={"Accept": "text/html"}).text
+    assert all(line.isprintable() for line in html.split("\n"))
+    assert "\\u202e" in html and "\x1b" not in html and "\u202e" not in html
+
+
+@given(st.text())
+def test_a_shown_name_is_printable_and_a_printable_one_is_itself(name: str) -> None:
+    shown = breakdown._shown(name)
+    assert shown.isprintable()
+    assert (shown == name) == name.isprintable()

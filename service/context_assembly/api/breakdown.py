@@ -53,6 +53,16 @@ def _uncertainty(view: PreparationView) -> list[str]:
     return notes
 
 
+def _shown(text: str) -> str:
+    """``text`` with every character ``str.isprintable`` refuses (controls, format characters
+    such as bidi overrides, line and paragraph separators) written as its escape, ``\\n`` or
+    ``\\u202e``: a source or block id is the caller's to choose, and must not start a line of
+    its own, move the terminal's cursor or reorder what is shown around it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def _n(value: int | None) -> str:
     """A count, or "-" when the provider did not report it (never Python's "None")."""
     return "-" if value is None else str(value)
@@ -62,7 +72,7 @@ def render_text(view: PreparationView) -> str:
     """A fixed-width text breakdown."""
     b = view.budget
     lines = [
-        f"preparation {view.preparation_id}  model {view.model}  layout {view.layout}  attempt {view.attempt}",
+        f"preparation {_shown(view.preparation_id)}  model {_shown(view.model)}  layout {view.layout}  attempt {view.attempt}",
         f"capacity {b.capacity} ({b.capacity_source})  total input {b.total_input_tokens}  "
         f"remaining {b.remaining_tokens}  data limit {b.data_limit_tokens}",
         "",
@@ -76,12 +86,12 @@ def render_text(view: PreparationView) -> str:
     for block in view.selection.blocks:
         lines.append(
             f"  {block.status:<9} {block.reason:<18} {block.tokens:>7} / {block.full_tokens:<7} "
-            f"{block.source}/{block.id}" + ("  [protected]" if block.protected else "")
+            f"{_shown(block.source)}/{_shown(block.id)}" + ("  [protected]" if block.protected else "")
         )
     lines += ["", "sources:"]
     for source in view.selection.sources:
         lines.append(
-            f"  {source.source:<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
+            f"  {_shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
             f"{source.block_count} blocks"
         )
     lines += [
@@ -100,7 +110,7 @@ def render_text(view: PreparationView) -> str:
                 f"(delta {_n(obs.input_token_delta)}) cached {_n(obs.cached_input_tokens)} "
                 f"cache-creation {_n(obs.cache_creation_input_tokens)} output {_n(obs.output_tokens)}"
             )
-    lines += [f"note: {n}" for n in _uncertainty(view)]
+    lines += [f"note: {_shown(n)}" for n in _uncertainty(view)]
     return "\n".join(lines) + "\n"
 
 
@@ -117,7 +127,10 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 def render_html(view: PreparationView) -> str:
     """A self-contained HTML page (no scripts, no external resources)."""
     b = view.budget
-    e = escape
+
+    def e(text: str) -> str:
+        return escape(_shown(text))
+
     budget_rows = "".join(
         f"<tr><td>{e(label)}</td><td class=n>{tokens}</td><td>"
         f'<span class=bar style="width:{(400 * tokens / b.capacity) if b.capacity else 0:.1f}px"></span></td></tr>'
