@@ -86,7 +86,8 @@ def render_text(view: PreparationView) -> str:
     for block in view.selection.blocks:
         lines.append(
             f"  {block.status:<9} {block.reason:<18} {block.tokens:>7} / {block.full_tokens:<7} "
-            f"{_shown(block.source)}/{_shown(block.id)}" + ("  [protected]" if block.protected else "")
+            f"{_shown(block.source)}/{_shown(block.id)}"
+            + ("  [protected]" if block.protected else "")
         )
     lines += ["", "sources:"]
     for source in view.selection.sources:
