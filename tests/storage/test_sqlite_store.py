@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -459,3 +460,37 @@ async def test_the_write_delay_is_bounded() -> None:
     for delay in (-0.001, 1.5):
         with pytest.raises(ValueError, match="write_delay"):
             await SqliteStore.open("unused.db", write_delay=delay)
+
+
+async def test_ping_answers_at_once_while_held_records_wait_for_the_lock(
+    tmp_path: Path, make_record: RecordFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A readiness probe never waits for the write lock (it would wait the 5 s busy timeout):
+    ready while the held records' write has waited briefly, unavailable once it has waited over
+    ``STALLED_SECONDS``, ready again once they are written."""
+    monkeypatch.setattr(sqlite_module, "STALLED_SECONDS", 0.3)
+    path = tmp_path / "s.db"
+    store = await SqliteStore.open(path, busy_timeout_ms=5000, write_delay=0.01)
+    blocker = sqlite3.connect(path, isolation_level=None)
+
+    async def timed_ping() -> float:
+        started = time.perf_counter()
+        await store.ping()
+        return time.perf_counter() - started
+
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        await store.put(make_record())
+        await asyncio.sleep(0.1)  # the held write is on the worker thread, waiting for the lock
+        assert await timed_ping() < 0.05
+        await asyncio.sleep(0.3)
+        started = time.perf_counter()
+        with pytest.raises(StoreUnavailableError, match="waited over 0.3 s for the write lock"):
+            await store.ping()
+        assert time.perf_counter() - started < 0.05
+        blocker.execute("COMMIT")
+        await _until(lambda: bool(_outside_ids(path)))
+        assert await timed_ping() < 0.05
+    finally:
+        blocker.close()
+        await store.aclose()

@@ -96,6 +96,7 @@ log = structlog.get_logger("context_assembly.store")
 
 CHECKPOINT_EVERY = 256
 RETRY_SECONDS = 1.0  # a failed write of held rows is tried again after this (and on any call)
+STALLED_SECONDS = 1.0  # a write of held rows waiting longer for the lock makes ``ping`` fail
 RECENT_IDS = 16_384  # ids of the last rows written from held puts, refused by ``put`` (~2.5 MB)
 
 SCHEMA_VERSION = 1
@@ -171,6 +172,7 @@ class SqliteStore:
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None  # the write of the held rows under way
+        self._writing_since = 0.0  # when it started (the loop's clock)
         self._failure: str | None = None  # why the last write of held rows failed
 
     @classmethod
@@ -299,7 +301,9 @@ class SqliteStore:
         if self._put_inline(functools.partial(_insert_rows, list(rows.values())), len(rows)):
             self._written(rows)
             return
-        self._writing = asyncio.get_running_loop().create_task(self._write_held())
+        loop = asyncio.get_running_loop()
+        self._writing_since = loop.time()
+        self._writing = loop.create_task(self._write_held())
 
     def _written(self, rows: Mapping[str, Row]) -> None:
         """``rows`` (a snapshot of the held ones) have committed: no longer held, no failure."""
@@ -499,12 +503,31 @@ class SqliteStore:
         return await self._run(functools.partial(_write, purge))
 
     async def ping(self) -> None:
-        """Read the schema version from the file (not just the open handle)."""
+        """Ready when the file answers a read and the held records are being written: answers
+        at once, never waiting for the write lock (a readiness probe with a 1 s timeout would
+        otherwise see a 5 s ``busy_timeout``). Unavailable when the last write of held records
+        failed, or when one has waited for the lock over ``STALLED_SECONDS``."""
+        if self._closed:
+            raise StoreUnavailableError("the SQLite store is closed")
+        if self._failure is not None:
+            raise StoreUnavailableError(self._failure)
+        loop = asyncio.get_running_loop()
+        if self._writing is not None and loop.time() - self._writing_since > STALLED_SECONDS:
+            raise StoreUnavailableError(
+                f"SQLite store unavailable: held records have waited over {STALLED_SECONDS:g} s"
+                " for the write lock"
+            )
 
         def check(conn: sqlite3.Connection) -> None:
-            conn.execute("PRAGMA schema_version").fetchone()
+            conn.execute("PRAGMA schema_version").fetchone()  # from the file, not the handle
 
-        await self._run(check)
+        if self._fast is None:
+            await self._submit(check)  # no loop connection: the worker's (a read waits for no lock)
+            return
+        try:
+            check(self._fast)  # a read in WAL mode takes no lock a writer holds
+        except sqlite3.Error as err:
+            raise StoreUnavailableError(f"SQLite store unavailable: {err}") from err
 
     async def aclose(self) -> None:
         """Write what is held, close the connection on its thread (after queued work), then
