@@ -485,7 +485,7 @@ async def test_ping_answers_at_once_while_held_records_wait_for_the_lock(
         assert await timed_ping() < 0.05
         await asyncio.sleep(0.3)
         started = time.perf_counter()
-        with pytest.raises(StoreUnavailableError, match="waited over 0.3 s for the write lock"):
+        with pytest.raises(StoreUnavailableError, match=r"waited over 0\.3 s for the write lock"):
             await store.ping()
         assert time.perf_counter() - started < 0.05
         blocker.execute("COMMIT")
