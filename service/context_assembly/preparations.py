@@ -687,8 +687,14 @@ class Preparations:
         }
 
     async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
-        """The budget of what is already materialisable: no contributor is called."""
+        """The budget of what is already materialisable: no contributor is called. The request
+        is refused as prepare would refuse it before calling anyone: a registered endpoint that
+        this tenant does not have is a 422 here too. An inline URL is not looked up (that
+        would be a call of a kind): it is listed as pending, and prepare checks it."""
         setups = plan_sources(request)
+        for index, ref in enumerate(request.contributors):
+            if ref.endpoint is not None:
+                self._registered_target(tenant, index, ref)
         inputs = materialised_inputs(request, setups)
         assembly, ctx = run_assembly(
             request, setups, inputs, now=self.clock.now(), tenant=tenant, registry=self.registry
