@@ -228,7 +228,8 @@ def test_serve_refuses_sqlite_with_two_workers(service_factory: ServiceFactory) 
 
 
 def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) -> None:
-    """The service log has a JSON line per request and none of the block, instruction or input text."""
+    """The service log has a JSON line per request, with the preparation's id and the sizes
+    read and sent, and none of the block, instruction or input text."""
     svc = service_factory(config({}))
     body = {
         "model": "gpt-4o-mini",
@@ -242,7 +243,12 @@ def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) 
         "history": [{"role": "user", "content": "HISTORY-TEXT-0a1b"}],
         "input": [{"role": "user", "content": "INPUT-TEXT-c4d5"}],
     }
-    assert httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5).status_code == 200
+    sent = json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    prepared = httpx.post(f"{svc.base}/v1/prepare", content=sent, headers=headers, timeout=5)
+    assert prepared.status_code == 200
+    prep_id = prepared.json()["preparation_id"]
+    assert httpx.get(f"{svc.base}/v1/preparations/{prep_id}", timeout=5).status_code == 200
     assert (
         httpx.post(f"{svc.base}/v1/prepare", json={**body, "model": 7}, timeout=5).status_code
         == 422
@@ -253,6 +259,11 @@ def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) 
     requests = [line for line in lines if line.get("event") == "request"]
     assert [r["status"] for r in requests if r["route"] == "/v1/prepare"] == [200, 422]
     assert all("duration_ms" in r and "request_id" in r for r in requests)
+    first = next(r for r in requests if r["route"] == "/v1/prepare")
+    assert (first["preparation_id"], first["bytes_in"]) == (prep_id, len(sent))
+    assert first["bytes_out"] == len(prepared.content)
+    read = next(r for r in requests if r["route"] == "/v1/preparations/{preparation_id}")
+    assert read["preparation_id"] == prep_id and read["bytes_in"] == 0
     text = svc.log.read_text()
     for secret in (
         "HOST-PROMPT",

@@ -18,6 +18,9 @@ log = structlog.get_logger("context_assembly.http")
 REQUEST_ID = "x-request-id"
 # The scope key under which ``BodyLimit`` leaves the body it has read, whole.
 BODY = "context_assembly.body"
+# The scope key under which prepare leaves the id of the preparation it made, for the access line
+# (the lifecycle routes have theirs in the path).
+PREPARATION_ID = "context_assembly.preparation_id"
 
 
 class RequestContext:
@@ -40,7 +43,7 @@ class RequestContext:
             scope = {**scope, "method": "GET"}
         incoming = dict(scope["headers"]).get(REQUEST_ID.encode(), b"").decode("latin-1")
         request_id = incoming if _usable_id(incoming) else secrets.token_hex(8)
-        status = {"code": 0}  # the answer's status once its head is sent
+        status = {"code": 0, "bytes": 0}  # the answer's status once its head is sent, its size
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
@@ -49,6 +52,8 @@ class RequestContext:
                 headers = list(message.get("headers", []))
                 headers.append((REQUEST_ID.encode(), request_id.encode("ascii")))
                 message = {**message, "headers": headers}
+            else:
+                status["bytes"] += len(message.get("body", b""))
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
@@ -77,13 +82,32 @@ class RequestContext:
                 status["code"] or 500,
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
+                len(scope.get(BODY, b"")),
+                status["bytes"],
+                scope.get(PREPARATION_ID) or scope.get("path_params", {}).get("preparation_id"),
             )
 
     def _account(
-        self, method: str, path: str, status: int, duration_ms: float, request_id: str
+        self,
+        method: str,
+        path: str,
+        status: int,
+        duration_ms: float,
+        request_id: str,
+        bytes_in: int,
+        bytes_out: int,
+        preparation_id: object,
     ) -> None:
-        """The request's counter and access line, a moment after its answer (``afterwards.py``)."""
+        """The request's counter and access line, a moment after its answer (``afterwards.py``):
+        ids, sizes (the body read, the body sent) and timings only. ``preparation_id`` is the
+        one prepare made, or the path's as sent when it could be one of ours (1-128 visible
+        ASCII characters: a caller's may be anything)."""
         self.metrics.count_request(path, status)
+        shown = (
+            preparation_id
+            if isinstance(preparation_id, str) and _usable_id(preparation_id)
+            else None
+        )
         log.info(
             "request",
             request_id=request_id,
@@ -91,6 +115,9 @@ class RequestContext:
             route=path,
             status=status,
             duration_ms=duration_ms,
+            bytes_in=bytes_in,
+            bytes_out=bytes_out,
+            **({"preparation_id": shown} if shown is not None else {}),
         )
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.breakdown import render_html, render_text
 from context_assembly.api.lean import LeanRoute
+from context_assembly.api.middleware import PREPARATION_ID
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
 from context_assembly.api.reload import reload_settings
 from context_assembly.config import Settings
@@ -136,7 +137,7 @@ COMMON = (401, 413, 422, 503)
     name="prepare",
 )
 async def prepare(
-    body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep
+    body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep, request: Request
 ) -> Response:
     """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
     started = time.perf_counter()
@@ -145,6 +146,7 @@ async def prepare(
     except Exception as err:
         _failed(err, metrics, "prepare", time.perf_counter() - started, body)
         raise
+    request.scope[PREPARATION_ID] = prepared.response.preparation_id  # for the access line
     return _answer(prepared, metrics, "prepare", time.perf_counter() - started, body)
 
 
