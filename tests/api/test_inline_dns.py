@@ -143,3 +143,57 @@ def test_lookups_run_concurrently_and_the_packet_deadline_is_the_real_one(serve:
     for deadline in deadlines.values():
         # Taken after the lookups it would be ~0.3 s later.
         assert started + 1.0 - 0.01 <= deadline <= started + 1.0 + 0.15
+
+
+class RecordingResolver:
+    """Names in ``answers`` resolve to their addresses; every lookup is recorded."""
+
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> Sequence[str]:
+        self.asked.append(host)
+        if host not in self.answers:
+            raise OSError("no such host")
+        return self.answers[host]
+
+
+@pytest.mark.parametrize("location", ["http://10.0.0.1/steal", "http://internal.test/steal"])
+@pytest.mark.parametrize("policy", ["fail", "omit"])
+def test_a_redirect_to_a_private_address_is_never_followed(
+    make_client: AppFactory, location: str, policy: str
+) -> None:
+    """The SSRF vector "a redirect to a private address": the one request goes to the checked
+    public address; the redirect's target is never looked up or connected to (seen at the
+    resolver and transport seams). As SPEC §3.4 says, a redirect is a contributor failure: under
+    ``fail`` a 502 naming the source and the redirect, under ``omit`` ``error`` in the manifest."""
+    sent: list[httpx.Request] = []
+
+    def redirect(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(302, headers={"location": location})
+
+    resolver = RecordingResolver({"redir.test": [PUBLIC], "internal.test": ["10.0.0.1"]})
+    client = make_client(
+        contributor_transport=httpx.MockTransport(redirect),
+        resolver=resolver,
+        inline_urls={"allow": ["http://redir.test/"]},
+    )
+    request = basic_request(
+        contributors=[{"source": "web", "url": "http://redir.test/c", "failure_policy": policy}]
+    )
+    request["plugins"] = [*request["plugins"], {"name": "web"}]
+    response = client.post("/v1/prepare", json=request)
+    assert resolver.asked == ["redir.test"]
+    assert [r.url.host for r in sent] == ["redir.test"] and len(sent) == 1
+    if policy == "fail":
+        assert response.status_code == 502, response.text
+        problem = response.json()
+        assert (problem["code"], problem["source"]) == ("CONTRIBUTOR_FAILED", "web")
+        assert problem["contributor_status"] == "error" and "redirect" in problem["cause"]
+        assert "10.0.0.1" not in response.text
+    else:
+        assert response.status_code == 200, response.text
+        sources = {s["source"]: s["status"] for s in response.json()["selection"]["sources"]}
+        assert sources["web"] == "error"
