@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        folder = Path(tempfile.mkdtemp(prefix="ca-lifecycle-"))
+        self.folder = folder = Path(tempfile.mkdtemp(prefix="ca-lifecycle-"))
         settings_ = load_settings(
             store={"path": str(folder / "db.db")},
             auth={
@@ -91,7 +92,10 @@ class Lifecycle(RuleBasedStateMachine):
         self.model: dict[str, dict[str, Any]] = {}  # by preparation id
 
     def teardown(self) -> None:
-        self.client.__exit__(None, None, None)
+        try:
+            self.client.__exit__(None, None, None)
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)  # each example's SQLite file
 
     def _call(self, method: str, path: str, tenant: str, body: Any = None) -> Any:
         response = self.client.request(method, path, json=body, headers=HEADERS[tenant])
