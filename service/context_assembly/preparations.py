@@ -150,6 +150,16 @@ def new_preparation_id() -> str:
     return "prep_" + secrets.token_urlsafe(18)
 
 
+MAX_SHOWN_ID = 128  # our ids have 29 characters; a caller's path may hold anything
+
+
+def not_found(prep_id: str) -> NotFoundError:
+    """The 404 of an unknown id (or another tenant's: the same answer), naming the id as sent,
+    cut at ``MAX_SHOWN_ID`` characters (a 60 KB path id was echoed twice in the body)."""
+    shown = prep_id if len(prep_id) <= MAX_SHOWN_ID else prep_id[:MAX_SHOWN_ID] + "…"
+    return NotFoundError(f"no preparation {shown!r}", preparation_id=shown)
+
+
 # The record's estimate of the last repair frame (``usage`` with ``call: repair`` is compared
 # with it).
 REPAIR_ESTIMATE: Final = "repair_estimated_input_tokens"
@@ -709,9 +719,11 @@ class Preparations:
     # ------------------------------------------------------------------ reads
 
     async def _record(self, tenant: str, prep_id: str) -> PreparationRecord:
+        if len(prep_id) > MAX_SHOWN_ID:
+            raise not_found(prep_id)  # none of ours: not looked up
         record = await self.store.get(tenant, prep_id, self.clock.wall())
         if record is None:
-            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+            raise not_found(prep_id)
         return record
 
     @staticmethod
@@ -830,7 +842,7 @@ class Preparations:
         record = await self._record(tenant, prep_id)
         claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
         if claim == "missing":
-            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+            raise not_found(prep_id)
         if claim == "used":
             raise self._stale(["refresh_used"], prep_id)
         data = record.data
@@ -1015,7 +1027,7 @@ class Preparations:
                 max_usage_reports=limit,
             )
         if result.status == "missing" or result.accounting is None:
-            raise NotFoundError(f"no preparation {prep_id!r}", preparation_id=prep_id)
+            raise not_found(prep_id)
         return RecordedUsage(
             self._usage_response(prep_id, data, result.accounting),
             applied=result.status == "applied",

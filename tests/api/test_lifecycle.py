@@ -590,3 +590,21 @@ def test_refresh_with_no_time_left_follows_the_failure_policy(make_client: AppFa
     assert refreshed.status_code == 200, refreshed.text
     docs = [s for s in refreshed.json()["selection"]["sources"] if s["source"] == "docs"]
     assert docs[0]["status"] == "skipped_deadline"
+
+
+def test_a_long_unknown_id_is_named_once_and_cut(make_client: AppFactory) -> None:
+    """An id ours could never be (60,000 characters) is a 404 like any unknown id, without a
+    store lookup, naming the id cut at 128 characters: the body is not three copies of it."""
+    client = make_client()
+    long_id = "prep_" + "x" * 60_000
+    for method, path, body in (
+        ("GET", f"/v1/preparations/{long_id}", None),
+        ("GET", f"/v1/preparations/{long_id}/breakdown", None),
+        ("POST", f"/v1/preparations/{long_id}/refresh", basic_request()),
+    ):
+        response = client.request(method, path, json=body)
+        assert response.status_code == 404, (path[:40], response.text[:200])
+        problem = response.json()
+        assert problem["code"] == "NOT_FOUND"
+        assert problem["preparation_id"] == long_id[:128] + "…"
+        assert len(response.content) < len(long_id) + 2_000  # the path once, in ``instance``
