@@ -431,18 +431,19 @@ class Preparations:
 
     # ------------------------------------------------------------------ targets
 
-    async def _targets(
-        self, tenant: str, refs: Sequence[ContributorRef], deadline: float
-    ) -> list[ContributorTarget]:
-        """Every ref's target, inline URLs checked one after another (validate's revision
-        queries; a prepare checks them concurrently, ``_collect``)."""
+    def _registered_targets(
+        self, tenant: str, refs: Sequence[ContributorRef]
+    ) -> tuple[list[ContributorTarget], list[ContributorRef]]:
+        """The targets of the registered endpoints among ``refs`` (an endpoint this tenant does
+        not have is a 422 naming its index) and the inline refs, whose URLs are checked later."""
         targets: list[ContributorTarget] = []
+        inline: list[ContributorRef] = []
         for index, ref in enumerate(refs):
             if ref.endpoint is not None:
                 targets.append(self._registered_target(tenant, index, ref))
             else:
-                targets.append(await self._inline_target(ref, deadline))
-        return targets
+                inline.append(ref)
+        return targets, inline
 
     def _registered_target(self, tenant: str, index: int, ref: ContributorRef) -> ContributorTarget:
         conf = self.settings.contributors.get(ref.endpoint or "")
@@ -523,13 +524,7 @@ class Preparations:
         """
         start = self.clock.monotonic()
         deadline = start + max(budget_ms, 0.0) / 1000.0
-        targets: list[ContributorTarget] = []
-        inline: list[ContributorRef] = []
-        for index, ref in enumerate(request.contributors):
-            if ref.endpoint is not None:
-                targets.append(self._registered_target(tenant, index, ref))
-            else:
-                inline.append(ref)
+        targets, inline = self._registered_targets(tenant, request.contributors)
         outcomes: list[ContributorOutcome] = []
         digests: dict[str, bytes] = {}
         if request.contributors:
@@ -702,9 +697,7 @@ class Preparations:
         this tenant does not have is a 422 here too. An inline URL is not looked up (that
         would be a call of a kind): it is listed as pending, and prepare checks it."""
         setups = plan_sources(request)
-        for index, ref in enumerate(request.contributors):
-            if ref.endpoint is not None:
-                self._registered_target(tenant, index, ref)
+        self._registered_targets(tenant, request.contributors)  # raises as prepare would
         inputs = materialised_inputs(request, setups)
         assembly, ctx = run_assembly(
             request, setups, inputs, now=self.clock.now(), tenant=tenant, registry=self.registry
@@ -766,7 +759,10 @@ class Preparations:
         for ref in refs:
             try:
                 # As registered now: a reload that moved or removed a registration applies.
-                targets.extend(await self._targets(tenant, [ref], deadline))
+                if ref.endpoint is not None:
+                    targets.append(self._registered_target(tenant, 0, ref))
+                else:
+                    targets.append(await self._inline_target(ref, deadline))
             except (InvalidError, AssemblyTimeoutError, UrlRejectedError):
                 # A contributor removed from the configuration (or no longer allowed) since prepare.
                 reasons.append(f"revision_unavailable:{ref.source}")
