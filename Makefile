@@ -40,12 +40,7 @@ typecheck: install
 	$(BIN)/mypy
 
 bench: install
-	$(BIN)/python bench/bench_select.py
-	$(BIN)/python bench/bench_counting.py
-	$(BIN)/python bench/bench_fanout.py
-	$(BIN)/python bench/bench_inprocess.py
-	$(BIN)/python bench/bench_service.py
-	$(BIN)/python bench/bench_load.py
+	$(BIN)/python bench/run_all.py
 
 examples: install
 	$(BIN)/python examples/run_all.py
