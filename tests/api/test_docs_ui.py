@@ -6,7 +6,6 @@ from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 import pytest
-
 from api_support import AppFactory
 
 
