@@ -22,8 +22,8 @@ test: install redis
 	cd clients/typescript && npm ci --silent --no-audit --no-fund && npm test --silent
 
 # The property, fuzz and state-machine tests with DEEP_SCALE times CI's examples, drawn at random
-# (tests/hypothesis_budget.py), with the rest of the suite: a bug hunt, not part of CI (9 minutes
-# at scale 10 on the project machine, all passed on 2026-12-04).
+# (tests/hypothesis_budget.py), with the rest of the suite: a bug hunt, not part of CI (several
+# minutes at scale 10 on a two-core machine).
 DEEP_SCALE ?= 10
 test-deep: install redis
 	CA_EXAMPLES_SCALE=$(DEEP_SCALE) $(BIN)/pytest -q -p no:cacheprovider

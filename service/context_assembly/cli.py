@@ -1,4 +1,4 @@
-"""The ``context-assembly`` command: ``assemble`` (no server) and ``serve``.
+"""The ``context-assembly`` command: ``assemble`` (no server) and ``serve`` (the service).
 
 ``assemble [FILE]`` reads a prepare request (stdin without FILE), calls no contributor (inline
 contributions and the whiteboard only), and prints the prepare response JSON. On error it prints
@@ -82,21 +82,123 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return serve(host=args.host, port=args.port, config=args.config, workers=args.workers)
 
 
+DESCRIPTION = """\
+Decide which pieces of source data enter an AI model's prompt under a token budget, lay the
+prompt out, and explain every decision.
+
+Run "context-assembly COMMAND --help" for the options of each command.
+"""
+
+ASSEMBLE_DESCRIPTION = """\
+Assemble one prepare request without a server: read the request JSON (the body of
+POST /v1/prepare), run the same selection, budget and layout as the service, and print the
+prepare answer as JSON on stdout.
+
+No contributor is called: only inline contributions and the whiteboard are used, and a request
+that names webhook contributors is refused. Nothing is stored; the preparation id is derived
+from the request, so the same request and --now give the same output.
+
+exit status:
+  0  the answer was printed
+  2  the request was refused: the problem+json body (type, title, status, code, detail) is
+     printed on stdout instead
+"""
+
+ASSEMBLE_EPILOG = """\
+example:
+  context-assembly assemble examples/requests/seed-whiteboard.json --now 2026-12-02T12:00:00Z
+  cat request.json | context-assembly assemble
+"""
+
+SERVE_DESCRIPTION = """\
+Run the HTTP service with uvicorn. Settings come from, strongest first: these options, the
+CONTEXT_ASSEMBLY_* environment variables (nested keys with a double underscore, for example
+CONTEXT_ASSEMBLY_STORE__BACKEND=redis), the TOML file given with --config, and the defaults.
+With no file and no variables it listens on 127.0.0.1:8080 without authentication and keeps
+its records in the SQLite file context-assembly.db in the working directory.
+
+An invalid configuration is refused at start with one line per problem on stderr and exit
+status 2. SIGTERM drains requests in flight (server.drain_seconds) before stopping; SIGHUP
+reloads the --config file. docs/configuration.md lists every key.
+"""
+
+SERVE_EPILOG = """\
+examples:
+  context-assembly serve
+  context-assembly serve --config service.toml
+  context-assembly serve --host 0.0.0.0 --port 9000 --config service.toml
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    text = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="context-assembly", description=DESCRIPTION, formatter_class=text
+    )
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+    p_assemble = sub.add_parser(
+        "assemble",
+        help="assemble one prepare request without a server and print the answer",
+        description=ASSEMBLE_DESCRIPTION,
+        epilog=ASSEMBLE_EPILOG,
+        formatter_class=text,
+    )
+    p_assemble.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="the prepare request as a JSON file; without FILE, or with -, it is read from stdin",
+    )
+    p_assemble.add_argument(
+        "--now",
+        metavar="TIMESTAMP",
+        help="the time to assemble at, as RFC 3339 with an offset (2026-12-02T12:00:00Z); it "
+        "sets the date line, block expiry and expires_at. Default: the current time",
+    )
+    p_assemble.set_defaults(func=_cmd_assemble)
+    p_serve = sub.add_parser(
+        "serve",
+        help="run the HTTP service (POST /v1/prepare and the rest of the API)",
+        description=SERVE_DESCRIPTION,
+        epilog=SERVE_EPILOG,
+        formatter_class=text,
+    )
+    p_serve.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="TOML configuration file (sections [server], [auth], [store], [contributors.NAME], "
+        "[inline_urls], [limits]). Default: none, only the environment and the defaults",
+    )
+    p_serve.add_argument(
+        "--host",
+        metavar="ADDRESS",
+        default=None,
+        help="address to listen on; overrides server.host (default 127.0.0.1). An address "
+        'other than loopback needs [auth] mode = "api_key"',
+    )
+    p_serve.add_argument(
+        "--port",
+        metavar="PORT",
+        type=int,
+        default=None,
+        help="TCP port to listen on; overrides server.port (default 8080)",
+    )
+    p_serve.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        default=None,
+        help="number of worker processes; overrides server.workers (default 1). More than one "
+        'needs the Redis store ([store] backend = "redis")',
+    )
+    p_serve.set_defaults(func=_cmd_serve)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``context-assembly`` console script."""
-    parser = argparse.ArgumentParser(prog="context-assembly", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_assemble = sub.add_parser("assemble", help="assemble one prepare request without a server")
-    p_assemble.add_argument("file", nargs="?", help="request JSON file (default: stdin)")
-    p_assemble.add_argument("--now", help="pin the clock (RFC 3339), for reproducible output")
-    p_assemble.set_defaults(func=_cmd_assemble)
-    p_serve = sub.add_parser("serve", help="run the HTTP service")
-    p_serve.add_argument("--host", default=None)
-    p_serve.add_argument("--port", type=int, default=None)
-    p_serve.add_argument("--config", default=None, help="TOML configuration file")
-    p_serve.add_argument("--workers", type=int, default=None)
-    p_serve.set_defaults(func=_cmd_serve)
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     result: int = args.func(args)
     return result
 

@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 
 from context_assembly import __version__
 from context_assembly.api.auth import Authenticator
+from context_assembly.api.docs_ui import install_docs_ui
 from context_assembly.api.lean import LeanDispatch
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
@@ -143,6 +144,9 @@ def create_app(
         # body to a Location built from the Host header: a client that does not follow a POST's
         # redirect would get an answer that is not problem+json.
         redirect_slashes=False,
+        # /docs and /redoc serve their assets from the service itself (api/docs_ui.py).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.auth = Authenticator(settings.auth)
     app.state.metrics = metrics
@@ -152,6 +156,7 @@ def create_app(
     install_problem_handlers(app)
     app.include_router(v1)
     app.include_router(ops)
+    install_docs_ui(app)
     # Innermost of our middlewares: prepare and budget go straight to their lean handlers.
     app.add_middleware(LeanDispatch, fastapi_app=app, routes=lean_dispatched(v1))
     app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)

@@ -1,4 +1,5 @@
-"""The human view of one preparation: budget bars, decisions with reasons, accounting.
+"""The human view of one preparation: the window as a stacked bar, decisions with reasons and
+dependencies, accounting.
 
 HTML for browsers (``Accept: text/html``), plain text otherwise. It shows ids, statuses, reasons
 and token counts only: the stored record has no block bodies to show.
@@ -10,21 +11,57 @@ from html import escape
 
 from context_assembly.lifecycle import PreparationView
 
-_BUDGET_ROWS = (
-    ("instructions", "instructions_tokens"),
-    ("legacy data + date", "legacy_data_tokens"),
-    ("tools", "tools_tokens"),
-    ("history", "history_tokens"),
-    ("input", "input_tokens"),
-    ("selected data", "data_tokens"),
-    ("response reserve", "response_reserve"),
-    ("reasoning reserve", "reasoning_reserve_tokens"),
+# The parts of the model's window in frame order, each with the answer's field, its short mark
+# in the text view and its colour in the HTML view. They add up to the capacity together with
+# the free window (what the data could still have used) that follows them.
+_TERMS = (
+    ("instructions", "instructions_tokens", "I", "#4a7bd0"),
+    ("legacy data + date", "legacy_data_tokens", "L", "#8250df"),
+    ("tools", "tools_tokens", "T", "#bf3989"),
+    ("history", "history_tokens", "H", "#0a7ea4"),
+    ("input", "input_tokens", "U", "#1a7f37"),
+    ("selected data", "data_tokens", "D", "#d4a72c"),
+)
+_FREE = ("free window", "F", "#e6e6e6")
+_RESERVES = (
+    ("response reserve", "response_reserve", "R", "#9a6700"),
+    ("reasoning reserve", "reasoning_reserve_tokens", "Q", "#cf222e"),
 )
 
 
-def _rows(view: PreparationView) -> list[tuple[str, int]]:
+def _window(view: PreparationView) -> list[tuple[str, int, str, str]]:
+    """The window as ``(label, tokens, mark, colour)`` parts in frame order: the input terms,
+    the free window, the reserves. The free window is what is left of the remaining tokens
+    after the selected data; with it the parts add up to the capacity."""
     budget = view.budget.model_dump()
-    return [(label, int(budget[key])) for label, key in _BUDGET_ROWS]
+    parts = [(label, int(budget[key]), mark, colour) for label, key, mark, colour in _TERMS]
+    free = max(0, view.budget.remaining_tokens - view.budget.data_tokens)
+    parts.append((_FREE[0], free, _FREE[1], _FREE[2]))
+    parts += [(label, int(budget[key]), mark, colour) for label, key, mark, colour in _RESERVES]
+    return parts
+
+
+def _spread(tokens: list[int], width: int) -> list[int]:
+    """Character widths for ``tokens`` that fill ``width``: proportional, but every non-zero
+    part at least one character wide, so that a term of a few tokens in a large window stays
+    visible; the largest part gives up what the small ones take."""
+    total = sum(tokens)
+    if total <= 0:
+        return [0] * len(tokens)
+    widths = [max(1, round(width * t / total)) if t > 0 else 0 for t in tokens]
+    largest = max(range(len(tokens)), key=lambda i: tokens[i])
+    widths[largest] = max(1, widths[largest] + width - sum(widths))
+    return widths
+
+
+def _share(tokens: int, capacity: int) -> str:
+    """``tokens`` as a percentage of the window, with a digit more below 1%."""
+    if capacity <= 0:
+        return "-"
+    share = 100 * tokens / capacity
+    if share == 0:
+        return "0%"
+    return f"{share:.2f}%" if 0 < share < 1 else f"{share:.1f}%"
 
 
 def _uncertainty(view: PreparationView) -> list[str]:
@@ -78,16 +115,23 @@ def render_text(view: PreparationView) -> str:
         "",
         "budget:",
     ]
-    width = 40
-    for label, tokens in _rows(view):
-        bar = "#" * (round(width * tokens / b.capacity) if b.capacity else 0)
-        lines.append(f"  {label:<20} {tokens:>9}  {bar}")
+    parts = _window(view)
+    widths = _spread([tokens for _, tokens, _, _ in parts], 60)
+    window = "".join(mark * w for (_, _, mark, _), w in zip(parts, widths, strict=True))
+    lines.append(f"  window [{window}] {b.capacity}")
+    for label, tokens, mark, _ in parts:
+        lines.append(f"  {mark} {label:<20} {tokens:>9}  {_share(tokens, b.capacity):>7}")
+    lines.append(
+        f"    {'remaining tokens':<20} {b.remaining_tokens:>9}  (for data, after the terms above and the reserves)"
+    )
     lines += ["", f"blocks ({len(view.selection.blocks)}):"]
     for block in view.selection.blocks:
+        needs = ", ".join(_shown(d) for d in block.dependencies)
         lines.append(
             f"  {block.status:<9} {block.reason:<18} {block.tokens:>7} / {block.full_tokens:<7} "
             f"{_shown(block.source)}/{_shown(block.id)}"
             + ("  [protected]" if block.protected else "")
+            + (f"  <- {needs}" if needs else "")
         )
     lines += ["", "sources:"]
     for source in view.selection.sources:
@@ -115,11 +159,21 @@ def render_text(view: PreparationView) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bar_px(tokens: int, capacity: int) -> str:
+    """A table bar's width: its share of a 400 px window, at least 4 px when not zero."""
+    if tokens <= 0 or capacity <= 0:
+        return "0.0"
+    return f"{max(4.0, 400 * tokens / capacity):.1f}"
+
+
 _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2rem;color:#222}
 table{border-collapse:collapse;margin:1rem 0}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
-.bar{background:#4a7bd0;height:.8rem;display:inline-block}
+.bar{height:.8rem;display:inline-block;vertical-align:middle}
+.window{display:flex;width:100%;max-width:60rem;height:1.6rem;border:1px solid #999;margin:1rem 0}
+.window .seg{min-width:4px;border-right:1px solid #fff}
+.sw{display:inline-block;width:.8rem;height:.8rem;vertical-align:middle;margin-right:.4rem}
 .selected{color:#1a7f37}.projected{color:#9a6700}.omitted{color:#cf222e}
 .note{background:#fff8c5;padding:.4rem .8rem}
 """
@@ -132,16 +186,35 @@ def render_html(view: PreparationView) -> str:
     def e(text: str) -> str:
         return escape(_shown(text))
 
+    parts = _window(view)
+    # The window as one stacked bar: each part's width is its share of the capacity, but a
+    # part of a few tokens keeps a minimum visible width (CSS min-width); zero parts are absent.
+    window = "".join(
+        f'<span class=seg style="flex:{tokens} 1 0;background:{colour}" '
+        f'title="{e(label)}: {tokens} tokens, {_share(tokens, b.capacity)}"></span>'
+        for label, tokens, _, colour in parts
+        if tokens > 0
+    )
     budget_rows = "".join(
-        f"<tr><td>{e(label)}</td><td class=n>{tokens}</td><td>"
-        f'<span class=bar style="width:{(400 * tokens / b.capacity) if b.capacity else 0:.1f}px"></span></td></tr>'
-        for label, tokens in _rows(view)
+        f'<tr><td><span class=sw style="background:{colour}"></span>{e(label)}</td>'
+        f"<td class=n>{tokens}</td><td class=n>{_share(tokens, b.capacity)}</td><td>"
+        f'<span class=bar style="width:{_bar_px(tokens, b.capacity)}px;background:{colour}">'
+        "</span></td></tr>"
+        for label, tokens, _, colour in parts
+    )
+    budget_rows += (
+        f"<tr><td><b>remaining tokens</b> (for data, after the input terms and the reserves)"
+        f"</td><td class=n>{b.remaining_tokens}</td>"
+        f"<td class=n>{_share(b.remaining_tokens, b.capacity)}</td><td></td></tr>"
+        f"<tr><td><b>capacity</b></td><td class=n>{b.capacity}</td><td class=n>100%</td>"
+        "<td></td></tr>"
     )
     block_rows = "".join(
         f"<tr class={e(x.status)}><td>{e(x.source)}/{e(x.id)}</td><td>{e(x.status)}</td><td>{e(x.reason)}</td>"
         f"<td class=n>{x.tokens}</td><td class=n>{x.full_tokens}</td>"
         f"<td class=n>{'' if x.projection_tokens is None else x.projection_tokens}</td>"
-        f"<td class=n>{x.priority}</td><td>{'yes' if x.protected else ''}</td></tr>"
+        f"<td class=n>{x.priority}</td><td>{'yes' if x.protected else ''}</td>"
+        f"<td>{', '.join(e(d) for d in x.dependencies)}</td></tr>"
         for x in view.selection.blocks
     )
     source_rows = "".join(
@@ -171,9 +244,10 @@ def render_html(view: PreparationView) -> str:
 capacity <b id=capacity>{b.capacity}</b> ({e(b.capacity_source)}) · total input <b id=total>{b.total_input_tokens}</b> ·
 remaining {b.remaining_tokens} · data limit {b.data_limit_tokens}</p>
 {notes}
-<h2>Budget</h2><table id=budget><tr><th>term</th><th>tokens</th><th></th></tr>{budget_rows}</table>
+<h2>Budget</h2><div class=window id=window>{window}</div>
+<table id=budget><tr><th>part of the window</th><th>tokens</th><th>share</th><th></th></tr>{budget_rows}</table>
 <h2>Blocks</h2><table id=blocks><tr><th>block</th><th>status</th><th>reason</th><th>tokens</th><th>full</th>
-<th>projection</th><th>priority</th><th>protected</th></tr>{block_rows}</table>
+<th>projection</th><th>priority</th><th>protected</th><th>depends on</th></tr>{block_rows}</table>
 <h2>Sources</h2><table id=sources><tr><th>source</th><th>kind</th><th>status</th><th>ms</th><th>blocks</th></tr>{source_rows}</table>
 <h2>Cache and accounting</h2><p>prefix {e(view.prefix_hash)} ({view.prefix_tokens} tokens)<br>input {e(view.input_hash)}<br>
 estimated input tokens {acc.estimated_input_tokens}</p>

@@ -55,9 +55,9 @@ def parse_retry_after(
 ) -> float | None:
     """Seconds a server asked to wait, from ``retry-after-ms`` or ``Retry-After``, else ``None``.
 
-    ``Retry-After`` is either delay-seconds or an HTTP date
-    (https://developer.mozilla.org/en-US/docs/Web/HTTP/Headers/Retry-After); ``retry-after-ms`` is
-    the millisecond variant some APIs send. Unparseable values count as absent.
+    ``Retry-After`` is either delay-seconds or an HTTP date (RFC 9110, section 10.2.3);
+    ``retry-after-ms`` is the millisecond variant some APIs send. Unparseable values count as
+    absent.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     millis = lowered.get("retry-after-ms")
