@@ -6,9 +6,11 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 from storage_support import REDIS_URL, RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
@@ -46,6 +48,46 @@ async def test_record_is_one_hash_under_the_prefix_with_absolute_expiry(
     assert raw_redis.type(key) == b"hash"
     assert raw_redis.pexpiretime(key) == math.ceil(record.expires_at * 1000)
     assert raw_redis.hget(key, "tenant") == b"acme"
+
+
+async def test_another_tenants_id_takes_the_path_of_an_unknown_id(
+    redis_prefix: str, make_record: RecordFactory, now: float
+) -> None:
+    """Every lookup by another tenant of an existing id issues the same commands as for an
+    unknown id (one script call, one round trip) and gets the same reply back from Redis: no
+    field of the record leaves the server, so nothing (answer, traffic, time) tells them apart."""
+    client = aioredis.Redis.from_url(REDIS_URL, decode_responses=False)
+    store = RedisStore(client, key_prefix=redis_prefix)
+    issued: list[tuple[tuple[object, ...], object]] = []
+    send = client.execute_command
+
+    async def spy(*args: Any, **options: Any) -> Any:
+        reply = await send(*args, **options)
+        issued.append((args, reply))
+        return reply
+
+    client.execute_command = spy  # type: ignore[method-assign]
+
+    async def trace(id: str) -> list[tuple[tuple[object, ...], object]]:
+        issued.clear()
+        assert await store.get("globex", id, now) is None
+        assert await store.replace_data("globex", id, {"x": 1}, now) is False
+        assert await store.claim_refresh("globex", id, now) == "missing"
+        usage = await store.record_usage("globex", id, "r1", "last", OBS, now, max_reports=5)
+        assert usage == UsageResult("missing", None)
+        key = store.key(id)
+        return [(tuple("<key>" if a == key else a for a in args), r) for args, r in issued]
+
+    try:
+        record = make_record()
+        await store.put(record)
+        unknown = make_record().id
+        await trace(unknown)  # the first use of each script loads it (SCRIPT LOAD)
+        foreign, absent = await trace(record.id), await trace(unknown)
+        assert foreign == absent
+        assert [args[0] for args, _ in foreign] == ["EVALSHA"] * 4
+    finally:
+        await store.aclose()
 
 
 async def test_updates_keep_the_keys_expiry(
