@@ -26,9 +26,10 @@ Atomicity and tenancy: every operation is one Lua script (``EVALSHA``, loaded on
 ``put`` first checks, on the server, that the key exists, belongs to the tenant and is live at the
 caller's ``now``, and otherwise reads and writes nothing more, so an expired record is never
 recreated and another tenant's id takes the same path as an unknown one: the same script, one
-round trip, the same answer (``get`` sends back no field of a record that is not the caller's). No script touches the TTL
-(no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation touches
-exactly one key, so the layout is Redis Cluster-safe as is.
+round trip, the same reply (``get`` sends back no field of a record that is not the caller's).
+Keys name the id alone, so ``put`` refuses an id that exists under any tenant. No script touches
+the TTL (no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation
+touches exactly one key, so the layout is Redis Cluster-safe as is.
 
 Outages: short socket and connect timeouts, no client retries (claims and puts are not idempotent
 and a retry could turn a lost reply into a wrong answer), and one overall deadline per operation,
