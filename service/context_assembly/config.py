@@ -63,8 +63,6 @@ class StoreSettings(_Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "ca:"
     ttl_seconds: int = Field(default=3600, ge=1, le=30 * 24 * 3600)
-    # SQLite only: how long a new record may be held to be written with others (storage/sqlite.py).
-    write_delay_ms: float = Field(default=10.0, ge=0, le=1000)
 
 
 class ContributorSettings(_Section):

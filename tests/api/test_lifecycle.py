@@ -408,7 +408,7 @@ def test_the_record_keeps_no_contributor_instructions(
     client = make_client(
         contributor_transport=httpx.MockTransport(handler),
         contributors={"hook": {"url": "http://contributor.test/hook"}},
-        store={"path": str(path), "write_delay_ms": 0},
+        store={"path": str(path)},
     )
     body = basic_request(
         contributors=[{"source": "docs", "endpoint": "hook", "instructions": "CONTRIB-INSTR-5e1d"}]

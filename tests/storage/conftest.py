@@ -42,10 +42,9 @@ def raw_redis() -> Iterator[redis.Redis]:
     client.close()
 
 
-@pytest.fixture(params=["sqlite", "sqlite-delayed", "redis"])
+@pytest.fixture(params=["sqlite", "redis"])
 def backend(request: pytest.FixtureRequest) -> str:
-    """Each contract test runs once per real backend, SQLite both with each record written in
-    its ``put`` and with the service's write delay (``store.write_delay_ms``, 10 ms)."""
+    """Each contract test runs once per real backend."""
     return str(request.param)
 
 
@@ -60,9 +59,8 @@ async def store_factory(
         prefix = request.getfixturevalue("redis_prefix")
 
     async def factory() -> Store:
-        if backend.startswith("sqlite"):
-            delay = 10.0 if backend == "sqlite-delayed" else 0.0
-            store = await open_store("sqlite", path=tmp_path / "store.db", write_delay_ms=delay)
+        if backend == "sqlite":
+            store = await open_store("sqlite", path=tmp_path / "store.db")
         else:
             store = await open_store("redis", redis_url=REDIS_URL, key_prefix=prefix)
         opened.append(store)

@@ -64,6 +64,18 @@ async def test_put_ignores_a_caller_supplied_version(
     assert got is not None and got.version == 1
 
 
+async def test_a_put_that_returned_is_seen_by_every_instance(
+    store_factory: StoreFactory, make_record: RecordFactory, now: float
+) -> None:
+    """``put`` stores the record before it returns: another instance on the same backing (a
+    replica, a restarted process) reads it straight away, without any flush or wait."""
+    first, second = await store_factory(), await store_factory()
+    for _ in range(10):
+        record = make_record()
+        await first.put(record)
+        assert await second.get("acme", record.id, now) == record
+
+
 async def test_put_refuses_an_existing_id_even_for_another_tenant(
     store: Store, make_record: RecordFactory, now: float
 ) -> None:
@@ -209,7 +221,6 @@ async def test_same_report_concurrently_applies_once(
     first, second = await store_factory(), await store_factory()
     record = make_record()
     await first.put(record)
-    await first.flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             s.record_usage("acme", record.id, "r-main", "last", MAIN, now)
@@ -227,7 +238,6 @@ async def test_concurrent_distinct_reports_lose_no_update(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
-    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             stores[i % 2].record_usage("acme", record.id, f"r{i}", "last", {"i": i}, now)
@@ -248,7 +258,6 @@ async def test_reports_stop_at_max_reports_even_when_racing(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
-    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             stores[i % 2].record_usage(
@@ -273,7 +282,6 @@ async def test_reports_stop_at_max_reports_even_when_racing(
     answered = Accounting(last=MAIN, auxiliary=None)
     given = make_record(reports={"a": answered, "b": answered})
     await stores[0].put(given)
-    await stores[0].flush()
     assert (
         await stores[1].record_usage("acme", given.id, "c", "last", MAIN, now, max_reports=2)
     ).status == "full"
@@ -286,7 +294,6 @@ async def test_claim_refresh_succeeds_exactly_once_under_concurrency(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
-    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(stores[i % 2].claim_refresh("acme", record.id, now) for i in range(20))
     )
@@ -336,7 +343,6 @@ async def test_concurrent_compare_and_set_has_one_winner(
     stores = [await store_factory(), await store_factory()]
     record = make_record()
     await stores[0].put(record)
-    await stores[0].flush()  # the other replica reads the file
     results = await asyncio.gather(
         *(
             stores[i % 2].replace_data("acme", record.id, {"w": i}, now, expected_version=1)

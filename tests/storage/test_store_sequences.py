@@ -92,7 +92,7 @@ async def run_program(store: Store, program: list[tuple[Any, ...]]) -> None:
     assert got.expires_at == EXPIRES_AT
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "sqlite-delayed", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 # Function-scoped fixtures are shared by all examples on purpose: every example uses a fresh
 # record id, and the prefix/file only need cleaning once per test.
 @settings(
@@ -109,9 +109,8 @@ def test_usage_claim_and_replace_sequences_match_the_model(
     prefix = request.getfixturevalue("redis_prefix") if backend == "redis" else ""
 
     async def scenario() -> None:
-        if backend.startswith("sqlite"):
-            delay = 10.0 if backend == "sqlite-delayed" else 0.0  # the service's default
-            store = await open_store("sqlite", path=tmp_path / "seq.db", write_delay_ms=delay)
+        if backend == "sqlite":
+            store = await open_store("sqlite", path=tmp_path / "seq.db")
         else:
             store = await open_store("redis", redis_url=REDIS_URL, key_prefix=prefix)
         try:

@@ -92,7 +92,6 @@ def create_app(
             path=settings.store.path,
             redis_url=settings.store.redis_url,
             key_prefix=settings.store.key_prefix,
-            write_delay_ms=settings.store.write_delay_ms,
         )
         the_client = client or create_client(
             limits=contributor_limits(settings.limits.max_contributor_connections)

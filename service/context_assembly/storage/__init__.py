@@ -41,22 +41,20 @@ async def open_store(
     path: str | os.PathLike[str] | None = None,
     redis_url: str | None = None,
     key_prefix: str = "ca:",
-    write_delay_ms: float = 0.0,
 ) -> Store:
     """Open the configured backend.
 
     ``sqlite`` needs ``path`` and opens the file now (creating it and its schema; failures raise
     ``StoreUnavailableError``). ``redis`` needs ``redis_url`` and connects lazily: call
-    ``ping()`` to check reachability. ``write_delay_ms`` applies to SQLite only (``SqliteStore``:
-    how long a new record may be held to be written with others). Backends are imported here
-    so that a SQLite deployment never imports the Redis client.
+    ``ping()`` to check reachability. Backends are imported here so that a SQLite deployment
+    never imports the Redis client.
     """
     if backend == "sqlite":
         if path is None:
             raise ValueError("the sqlite store needs a path")
         from context_assembly.storage.sqlite import SqliteStore
 
-        return await SqliteStore.open(path, write_delay=write_delay_ms / 1000)
+        return await SqliteStore.open(path)
     if backend == "redis":
         if redis_url is None:
             raise ValueError("the redis store needs a redis_url")

@@ -8,7 +8,8 @@ the owning tenant, an absolute expiry, the once-only refresh flag, and the usage
 Rules every backend keeps (the contract suite in ``tests/storage`` checks them against each one):
 
 - A record is visible only to its tenant and only while ``now < expires_at``. Unknown, expired and
-  another tenant's ids all look the same: ``None`` / ``"missing"`` / ``False``.
+  another tenant's ids all look the same: ``None`` / ``"missing"`` / ``False``, reached by the same
+  path (the same queries or commands, the same round trips), so timing does not tell them apart.
 - Nothing ever (re)creates a record except ``put``; an update on a missing or expired record
   changes nothing.
 - No update moves the expiry.
@@ -106,15 +107,9 @@ class Store(Protocol):
     """
 
     async def put(self, record: PreparationRecord) -> None:
-        """Create ``record``, expiring at its ``expires_at``; an existing id raises
-        ``DuplicatePreparationIdError`` (SQLite with a write delay: an id it holds or wrote
-        recently; one already in the file from elsewhere is dropped and logged when written)."""
-        ...
-
-    async def flush(self) -> None:
-        """Make every record put so far visible to other processes and replicas. This instance
-        sees its records at once; a store that writes new records a moment after their ``put``
-        (SQLite's ``write_delay``) writes them now. Redis: nothing to do."""
+        """Create ``record``, expiring at its ``expires_at``. When it returns the record is
+        stored (committed, visible to every process and replica sharing the backing); an id that
+        already exists, whatever its tenant, raises ``DuplicatePreparationIdError`` first."""
         ...
 
     async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:

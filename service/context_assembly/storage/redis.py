@@ -21,12 +21,15 @@ Why a hash and not one JSON string: each update rewrites only the fields it chan
 keeps the key's TTL (a plain ``SET`` would drop it without ``KEEPTTL``), and the scripts never
 decode JSON (``cjson`` would reformat numbers and turn ``[]`` into ``{}``).
 
-Atomicity: every operation that reads before it writes is one Lua script (``EVALSHA``, loaded on
-first use by ``register_script``); Redis runs a script without interleaving other commands. Each
-script first checks that the key exists, belongs to the tenant and is live at the caller's ``now``,
-and otherwise writes nothing, so an expired record is never recreated. No script touches the TTL
-(no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation touches
-exactly one key, so the layout is Redis Cluster-safe as is.
+Atomicity and tenancy: every operation is one Lua script (``EVALSHA``, loaded on first use by
+``register_script``); Redis runs a script without interleaving other commands. Each script except
+``put`` first checks, on the server, that the key exists, belongs to the tenant and is live at the
+caller's ``now``, and otherwise reads and writes nothing more, so an expired record is never
+recreated and another tenant's id takes the same path as an unknown one: the same script, one
+round trip, the same reply (``get`` sends back no field of a record that is not the caller's).
+Keys name the id alone, so ``put`` refuses an id that exists under any tenant. No script touches
+the TTL (no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation
+touches exactly one key, so the layout is Redis Cluster-safe as is.
 
 Outages: short socket and connect timeouts, no client retries (claims and puts are not idempotent
 and a retry could turn a lost reply into a wrong answer), and one overall deadline per operation,
@@ -112,6 +115,16 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 return 1
 """
 
+# KEYS[1] record; ARGV tenant, now. Returns the HGETALL of a live record of the tenant (a flat
+# name, value list), else an empty list, without reading anything more.
+_GET_LUA = (
+    _LIVE_LUA
+    + """
+if not live(KEYS[1], ARGV[1], ARGV[2]) then return {} end
+return redis.call('HGETALL', KEYS[1])
+"""
+)
+
 # KEYS[1] record; ARGV tenant, now, data, expected version ('' = any).
 # Returns -1 missing/expired/other tenant, 0 version mismatch, else the new version.
 _REPLACE_LUA = (
@@ -167,6 +180,7 @@ class RedisStore:
         self._prefix = key_prefix
         self._deadline = deadline
         self._put = client.register_script(_PUT_LUA)
+        self._get = client.register_script(_GET_LUA)
         self._replace = client.register_script(_REPLACE_LUA)
         self._claim = client.register_script(_CLAIM_LUA)
         self._usage = client.register_script(_USAGE_LUA)
@@ -202,9 +216,6 @@ class RedisStore:
         except _UNAVAILABLE as err:
             raise StoreUnavailableError(f"Redis store unavailable: {type(err).__name__}") from err
 
-    async def flush(self) -> None:
-        """Nothing to do: ``put`` has stored the record when it returns."""
-
     async def put(self, record: PreparationRecord) -> None:
         """Create the hash and its absolute expiry in one script; an existing id raises."""
         fields: list[bytes | str] = [
@@ -237,14 +248,16 @@ class RedisStore:
             raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
 
     async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:
-        """One ``HGETALL`` (atomic), then the tenant and ``now`` checks."""
-        # decode_responses=False, so names and values are bytes (the stubs allow str too).
-        raw = cast(dict[bytes, bytes], await self._call(self._client.hgetall(self.key(id))))
-        if not raw or raw.get(b"tenant") != tenant.encode():
+        """One script: the tenant and ``now`` checks on the server, then the whole hash."""
+        # decode_responses=False, so names and values are bytes.
+        flat = cast(
+            list[bytes],
+            await self._call(self._get(keys=[self.key(id)], args=[tenant, repr(float(now))])),
+        )
+        if not flat:
             return None
+        raw = dict(zip(flat[::2], flat[1::2], strict=True))
         expires_at = float(raw[b"expires_at"])
-        if not expires_at > now:
-            return None
         reports = {
             name[len(REPORT_FIELD_PREFIX) :].decode(): decode_answer(value)
             for name, value in raw.items()
