@@ -72,8 +72,7 @@ async def p50(app: Any, bodies: list[bytes], n: int, idle: float = 0.0) -> float
         status = await call(app, bodies[i % len(bodies)])
         times.append(time.perf_counter() - started)
         assert status == 200, status
-        # The loop's next turn, untimed: the bookkeeping the service runs right after an answer
-        # (``afterwards.py``) runs here too, between calls, as between a client's requests.
+        # The loop's next turn, untimed, as between a client's requests.
         await asyncio.sleep(0)
     return statistics.median(times) * 1000
 

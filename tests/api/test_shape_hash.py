@@ -32,28 +32,6 @@ def test_the_hash_covers_every_field_of_a_block_and_a_contribution() -> None:
     assert set(CONTRIBUTION_FIELDS) | {"blocks"} == set(Contribution.model_fields)
 
 
-@given(st.permutations(BLOCK_FIELDS))
-@settings(max_examples=examples(20), deadline=None)
-def test_the_block_digest_does_not_depend_on_the_order_fields_were_filled(
-    order: list[str],
-) -> None:
-    """A block's digest (and so a stored shape hash) is the same however its fields were filled:
-    ``model_construct`` fills ``__dict__`` in the order it is given the values."""
-    values: dict[str, Any] = {
-        "id": "b1",
-        "text": "alpha",
-        "priority": 3,
-        "protected": True,
-        "dependencies": ["mem/b0"],
-        "expires_at": "2027-01-01T00:00:00Z",
-        "projection": "al",
-    }
-    validated = Block.model_validate(values)
-    constructed = Block.model_construct(**{name: values[name] for name in order})
-    assert constructed == validated
-    assert blocks_digest([constructed]) == blocks_digest([validated])
-
-
 @st.composite
 def requests(draw: st.DrawFn) -> dict[str, Any]:
     blocks = [

@@ -15,8 +15,9 @@ request.
 
 What is kept: the protected demand, and per selection key the rendered order (source, block
 position, view), the exact token count of that data message, the manifest's block reports (ids,
-statuses, reasons, counts, dependencies), also as JSON, and the selected expiries. No block text, projection,
-instruction or history is held: the data message is rendered each time from the request.
+statuses, reasons, counts, dependencies), also packed as a record keeps them and counted by
+status and reason, and the selected expiries. No block text, projection, instruction or history
+is held: the data message is rendered each time from the request.
 
 Time: a result depends on the clock only through which blocks have expired. An entry records the
 latest expiry at or before the instant it was computed and the earliest after it, and is used only
