@@ -36,6 +36,7 @@ from bench_service import inline_request
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.logs import configure_logging
+from context_assembly.server import tune_gc
 
 
 async def call(app: Any, body: bytes) -> int:
@@ -86,6 +87,7 @@ async def main(idle: float) -> None:
     fresh = [inline_request(turn) for turn in range(1200)]
     try:
         async with app.router.lifespan_context(app):
+            tune_gc()  # as the server's factory does in a serving process
             await p50(app, repeated, 300)  # warm up
             hit = await p50(app, repeated, 2000)
             miss = await p50(app, fresh[200:], 1000)
