@@ -36,6 +36,7 @@ from bench_service import inline_request
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.logs import configure_logging
+from context_assembly.server import tune_gc
 
 
 async def call(app: Any, body: bytes) -> int:
@@ -72,8 +73,7 @@ async def p50(app: Any, bodies: list[bytes], n: int, idle: float = 0.0) -> float
         status = await call(app, bodies[i % len(bodies)])
         times.append(time.perf_counter() - started)
         assert status == 200, status
-        # The loop's next turn, untimed: the bookkeeping the service runs right after an answer
-        # (``afterwards.py``) runs here too, between calls, as between a client's requests.
+        # The loop's next turn, untimed, as between a client's requests.
         await asyncio.sleep(0)
     return statistics.median(times) * 1000
 
@@ -87,6 +87,7 @@ async def main(idle: float) -> None:
     fresh = [inline_request(turn) for turn in range(1200)]
     try:
         async with app.router.lifespan_context(app):
+            tune_gc()  # as the server's factory does in a serving process
             await p50(app, repeated, 300)  # warm up
             hit = await p50(app, repeated, 2000)
             miss = await p50(app, fresh[200:], 1000)

@@ -38,17 +38,15 @@ import bench_service as svc
 
 # (module, owner attribute or "", function name): the synchronous steps of one prepare.
 STAGES = (
-    ("context_assembly.preparations", "", "plan_sources"),
-    ("context_assembly.preparations", "", "new_preparation_id"),
-    ("context_assembly.preparations", "", "groundwork_for"),
-    ("context_assembly.preparations", "", "_request_part"),
-    ("context_assembly.preparations", "", "_check_and_digest"),
-    ("context_assembly.preparations", "", "raise_for_failures"),
-    ("context_assembly.preparations", "", "materialised_inputs"),
-    ("context_assembly.preparations", "", "run_assembly"),
-    ("context_assembly.preparations", "", "to_response"),
-    ("context_assembly.preparations", "Prepared", "of"),
-    ("context_assembly.preparations", "Preparations", "_record_data"),
+    ("context_assembly.preparations.operations", "", "plan_sources"),
+    ("context_assembly.preparations.operations", "", "new_preparation_id"),
+    ("context_assembly.preparations.targets", "", "check_and_digest"),
+    ("context_assembly.preparations.targets", "", "raise_for_failures"),
+    ("context_assembly.preparations.targets", "", "materialised_inputs"),
+    ("context_assembly.preparations.operations", "", "run_assembly"),
+    ("context_assembly.preparations.operations", "", "to_response"),
+    ("context_assembly.preparations.operations", "Prepared", "of"),
+    ("context_assembly.preparations.operations", "", "record_data"),
     ("context_assembly.storage.sqlite", "", "_execute"),
     ("context_assembly.metrics", "Metrics", "observe_preparation"),
 )

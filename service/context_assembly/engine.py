@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from context_assembly.core.assemble import Assembly, Groundwork, assemble, lay_groundwork
+from context_assembly.core.assemble import Assembly, assemble
 from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
 from context_assembly.core.memo import AssemblyMemo
@@ -34,9 +34,6 @@ from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError, InvalidError
 from context_assembly.tokens.counter import get_counter
 from context_assembly.tokens.registry import ModelRegistry
-
-# The process-wide memo of block decisions across turns (core/memo.py): text-free, bounded.
-SHARED_MEMO = AssemblyMemo()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +89,13 @@ def run_assembly(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None = None,
-    memo: AssemblyMemo | None = SHARED_MEMO,
-    groundwork: Groundwork | None = None,
+    memo: AssemblyMemo | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
     A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
-    the candidate it was routed to instead of routing again. ``memo`` (default: the process's)
-    lets a repeated turn reuse its block decisions; ``None`` decides everything afresh.
-    ``groundwork`` (``groundwork_for``) is used when it still fits; it changes nothing.
+    the candidate it was routed to instead of routing again. A ``memo`` (``core/memo.py``) lets
+    a repeated turn reuse its block decisions; without one everything is decided afresh.
     """
     local_now = local_time(now, request.timezone)
     if request.models is None:
@@ -108,33 +103,9 @@ def run_assembly(
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
-        assembly = _assemble(
-            request, setups, inputs, now, local_now, ctx, capacity, tenant, memo, groundwork
-        )
+        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant, memo)
         return assembly, ctx
     return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model, memo)
-
-
-def groundwork_for(
-    request: PrepareRequest,
-    setups: Sequence[SourceSetup],
-    *,
-    now: datetime,
-    registry: ModelRegistry,
-) -> Groundwork | None:
-    """The answer-independent part of the assembly ``run_assembly`` will do for ``request``, to
-    lay while its contributors are awaited; ``None`` for a routed request (the candidate, and so
-    the counter, is chosen after the contributions)."""
-    if request.models is not None:
-        return None
-    ctx = model_context(request, registry)
-    return lay_groundwork(
-        request,
-        setups,
-        local_now=local_time(now, request.timezone),
-        counter=ctx.counter,
-        profile=ctx.profile,
-    )
 
 
 def _assemble(
@@ -147,7 +118,6 @@ def _assemble(
     capacity: Capacity,
     tenant: str,
     memo: AssemblyMemo | None,
-    groundwork: Groundwork | None = None,
 ) -> Assembly:
     native = request.native_history
     try:
@@ -163,7 +133,6 @@ def _assemble(
             exact=ctx.exact and native is None,
             tenant=tenant,
             memo=memo,
-            groundwork=groundwork,
         )
     except ContextOverflowError as err:
         if native is None or "shortfall_tokens" not in err.extensions:

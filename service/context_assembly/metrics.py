@@ -14,7 +14,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from context_assembly.afterwards import Afterwards
 from context_assembly.core.request import ContributorRef
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 
@@ -46,11 +45,9 @@ def _child(cache: dict[tuple[str, str], Any], family: Any, key: tuple[str, str])
 
 
 class Metrics:
-    """The service's metric families, and the queue of the observations made after an answer
-    (``later``: ``afterwards.py``), which ``render`` runs first."""
+    """The service's metric families."""
 
     def __init__(self) -> None:
-        self.later = Afterwards()
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "context_assembly_requests_total",
@@ -141,7 +138,6 @@ class Metrics:
         child.observe(duration_ms / 1000.0)
 
     def render(self) -> bytes:
-        self.later.run_pending()
         return generate_latest(self.registry)
 
 

@@ -47,7 +47,7 @@ def invalid_from_errors(errors: Sequence[Any], what: str = "request") -> Invalid
 def parse_model(model: type[M], raw: bytes, what: str = "request") -> M:
     """Parse JSON bytes into ``model``; any problem becomes an InvalidError naming the field.
 
-    The bytes go to ``model_validate_json``, as the HTTP routes' do (``api/lean.py``), so the
+    The bytes go to ``model_validate_json``, as the HTTP routes' do (``api/bodies.py``), so the
     CLI and the service read one body the same way: the same numbers (an integer beyond 64 bits
     stays an integer and is refused where it must encode again, not read as a float), the same
     refusals, the same field names."""

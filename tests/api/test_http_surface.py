@@ -14,8 +14,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
+from context_assembly import server
 from context_assembly.api import breakdown
-from context_assembly.api.app import GC_THRESHOLDS, create_app
+from context_assembly.api.app import create_app
 from context_assembly.api.openapi_export import render
 from context_assembly.config import load_settings
 
@@ -260,18 +261,23 @@ def test_ops_endpoints_and_request_id(make_client: AppFactory) -> None:
     assert len(client.get("/healthz").headers["x-request-id"]) == 16
 
 
-def test_serving_sets_the_collector_thresholds(tmp_path: Path) -> None:
-    """While the app serves, the cyclic collector runs at GC_THRESHOLDS; at shutdown the
-    process's own thresholds are back."""
+def test_the_server_factory_sets_the_collector_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The uvicorn factory tunes the cyclic collector of the serving process (GC_THRESHOLDS);
+    building an app alone leaves an embedding process's collector as it is."""
     before = gc.get_threshold()
+    monkeypatch.delenv(server.CONFIG_ENV, raising=False)
+    monkeypatch.setenv("CONTEXT_ASSEMBLY_STORE__PATH", str(tmp_path / "gc.db"))
+    monkeypatch.setattr(server, "configure_logging", lambda level: None)
     try:
         gc.set_threshold(700, 10, 10)
-        app = create_app(load_settings(store={"path": str(tmp_path / "gc.db")}))
-        with TestClient(app) as client:
-            assert client.get("/healthz").status_code == 200
-            assert gc.get_threshold() == GC_THRESHOLDS != (700, 10, 10)
+        create_app(load_settings(store={"path": str(tmp_path / "gc.db")}))
         assert gc.get_threshold() == (700, 10, 10)
+        server.app_from_env()
+        assert gc.get_threshold() == server.GC_THRESHOLDS != (700, 10, 10)
     finally:
+        gc.unfreeze()
         gc.set_threshold(*before)
 
 

@@ -1,9 +1,9 @@
 """The record of contributor answers that passed the block rules changes no outcome.
 
-``preparations._check_and_digest`` skips the per-source rules for blocks that already passed them
-under the same ``max_block_characters``. Turn after turn, with one record shared by every turn,
-each answer must get exactly the outcome (status, cause, blocks) and digest that the rules run
-afresh give it — including answers that break a rule, a limit that shrinks under the same
+``preparations.targets.check_and_digest`` skips the per-source rules for blocks that already
+passed them under the same ``max_block_characters``. Turn after turn, with one record shared by
+every turn, each answer must get exactly the outcome (status, cause, blocks) and digest that the
+rules run afresh give it — including answers that break a rule, a limit that shrinks under the same
 blocks, the same blocks under another source, and a record that fills up and is cleared.
 """
 
@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_assembly import preparations
 from context_assembly.contributors.calls import ContributorOutcome
 from context_assembly.core.blocks import check_source_blocks
 from context_assembly.core.memo import blocks_digest
 from context_assembly.core.request import Block, PrepareRequest
-from context_assembly.preparations import PassedChecks, _check_and_digest, _check_blocks
+from context_assembly.preparations import targets
+from context_assembly.preparations.targets import PassedChecks, check_and_digest, check_blocks
 from hypothesis_budget import examples
 
 PROPERTY = settings(
@@ -101,14 +101,14 @@ def test_a_recorded_pass_gives_the_outcome_the_rules_give(
     turns: list[Turn], bound: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with monkeypatch.context() as patch:
-        patch.setattr(preparations, "MAX_PASSED_CHECKS", bound)
+        patch.setattr(targets, "MAX_PASSED_CHECKS", bound)
         passed: PassedChecks = set()
         for source, status, blocks_, limit in turns:
             outcome = ContributorOutcome(source, status, 3.0, None, blocks_)  # type: ignore[arg-type]
             request = _request(limit)
             digests: dict[str, bytes] = {}
-            got = _check_and_digest(outcome, request, digests, passed)
-            expected = _check_blocks(outcome, request)
+            got = check_and_digest(outcome, request, digests, passed)
+            expected = check_blocks(outcome, request)
             assert got == expected
             if expected.ok:
                 assert digests == {source: blocks_digest(blocks_)}
@@ -127,17 +127,17 @@ def test_a_pass_is_recorded_and_reused_and_a_smaller_limit_checks_again(
         runs.append(source)
         check_source_blocks(source, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(preparations, "check_source_blocks", counted)
+    monkeypatch.setattr(targets, "check_source_blocks", counted)
     passed: PassedChecks = set()
     outcome = ContributorOutcome("mem", "ok", 1.0, None, (Block(id="a", text="y" * 20),))
-    assert _check_and_digest(outcome, _request(100), {}, passed) == outcome
-    assert _check_and_digest(outcome, _request(100), {}, passed) == outcome
+    assert check_and_digest(outcome, _request(100), {}, passed) == outcome
+    assert check_and_digest(outcome, _request(100), {}, passed) == outcome
     assert runs == ["mem"] and len(passed) == 1
     # Another limit is another key: the rules run and name the failure, which is not recorded.
     for _ in range(2):
-        failed = _check_and_digest(outcome, _request(10), {}, passed)
+        failed = check_and_digest(outcome, _request(10), {}, passed)
         assert failed.status == "invalid" and "max_block_characters 10" in (failed.cause or "")
     assert runs == ["mem"] * 3 and len(passed) == 1
     # The same blocks under another source are checked for that source.
-    assert _check_and_digest(replace(outcome, source="docs"), _request(100), {}, passed).ok
+    assert check_and_digest(replace(outcome, source="docs"), _request(100), {}, passed).ok
     assert runs == ["mem"] * 3 + ["docs"] and len(passed) == 2

@@ -1,9 +1,9 @@
-"""The prepare answer serialised once (preparations.Prepared): the same JSON as the model's own,
-and the decision tally the metrics count, the same as counting the answer's reports.
+"""The prepare answer and its record (preparations.Prepared): the answer is the model's JSON,
+the record's copy is that minus the frame with its block reports packed as rows, and the decision
+tally the metrics count is the same as counting the answer's reports.
 
 Every successful self-contained conformance request is assembled twice through one memo (cold,
-then warm), and each answer's spliced JSON must parse to exactly what ``model_dump_json`` of the
-response gives, with the record's copy being that minus the frame, its block reports as rows.
+then warm): a memoised turn must answer and record exactly what a fresh one does.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import unpack_block_rows
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import run_assembly, to_response
-from context_assembly.preparations import Prepared, _request_shape_hash, _stored_response
+from context_assembly.preparations import Prepared
+from context_assembly.preparations.record import shape_hash, stored_response
 from context_assembly.tokens.registry import ModelRegistry
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
@@ -41,7 +42,7 @@ def _cases() -> list[Any]:
 
 
 @pytest.mark.parametrize("case", _cases())
-def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
+def test_the_answer_and_the_record_are_the_models_json(case: dict[str, Any]) -> None:
     request = PrepareRequest.model_validate(case["request"])
     now = datetime.fromisoformat(case.get("now", "2026-12-02T12:00:00Z"))
     setups = plan_sources(request)
@@ -56,51 +57,21 @@ def test_the_spliced_answer_is_the_models_json(case: dict[str, Any]) -> None:
         expected = orjson.loads(response.model_dump_json())
         assert orjson.loads(prepared.body) == expected
         del expected["frame"]
-        stored = orjson.loads(prepared.stored)
+        stored = orjson.loads(orjson.dumps(prepared.stored))  # as a store writes and reads it
         assert "blocks" not in stored["selection"]
         assert len(unpack_block_rows(stored["selection"]["block_rows_z"])) == len(
             expected["selection"]["blocks"]
         )
-        assert _stored_response(stored) == expected
+        assert stored_response(stored) == expected
         # The decisions the metrics count are those of the answer, whichever turn served them.
         assert sorted(prepared.decisions) == sorted(
             Counter((b["status"], b["reason"]) for b in expected["selection"]["blocks"]).items()
         )
         # A record written before the compact form (reports as objects) reads the same.
-        assert _stored_response(expected) == expected
+        assert stored_response(expected) == expected
     assert memo.info()[0] >= 1, "the second turn was served from the memo"
     # The shape hash from the assembly's block digests is the one refresh computes afresh.
-    assert _request_shape_hash(request, dict(assembly.block_digests)) == _request_shape_hash(
-        request
-    )
-
-
-def test_reports_other_than_the_assemblys_are_serialised_afresh() -> None:
-    """A response whose reports are not the assembly's (a copy) does not reuse its JSON."""
-    case = json.loads((CASES / "001-fits-all-selected.json").read_text(encoding="utf-8"))
-    request = PrepareRequest.model_validate(case["request"])
-    now = datetime.fromisoformat("2026-12-02T12:00:00Z")
-    setups = plan_sources(request)
-    assembly, ctx = run_assembly(
-        request, setups, materialised_inputs(request, setups), now=now, tenant="t",
-        registry=REGISTRY, memo=None,
-    )  # fmt: skip
-    response = to_response(request, assembly, ctx, preparation_id="prep_x", expires_at=now)
-    first = response.selection.blocks[0]
-    renamed = first.model_copy(update={"id": "renamed"})
-    selection = response.selection.model_copy(
-        update={"blocks": [renamed, *response.selection.blocks[1:]]}
-    )
-    edited = response.model_copy(update={"selection": selection})
-    body = orjson.loads(Prepared.of(edited, assembly).body)
-    assert body["selection"]["blocks"][0]["id"] == "renamed"
-    assert body == orjson.loads(edited.model_dump_json())
-    stored = orjson.loads(Prepared.of(edited, assembly).stored)
-    assert unpack_block_rows(stored["selection"]["block_rows_z"])[0]["id"] == "renamed"
-    dropped = response.model_copy(
-        update={"selection": response.selection.model_copy(update={"blocks": []})}
-    )
-    assert Prepared.of(dropped, assembly).decisions == ()
+    assert shape_hash(request, dict(assembly.block_digests)) == shape_hash(request)
 
 
 def test_a_record_of_128_blocks_is_small_and_reads_back_whole(make_client: Any) -> None:
@@ -163,10 +134,9 @@ def test_contributed_blocks_arrive_with_their_digest(make_client: Any) -> None:
     service = client.app.state.preparations  # type: ignore[attr-defined]
 
     async def collect() -> Any:
-        return await service._collect(
-            "default", request, plan_sources(request), "prep_x", budget_ms=1000,
-            data_budget=1000, attempt=1,
-        )  # fmt: skip
+        return await service.contributors.collect(
+            "default", request, plan_sources(request), "prep_x", budget_ms=1000, attempt=1
+        )
 
     collected = client.portal.call(collect)  # type: ignore[attr-defined]
     by_source = {item.setup.source: item for item in collected.inputs}

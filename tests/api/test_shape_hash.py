@@ -1,4 +1,4 @@
-"""The request shape hash refresh compares (preparations.py): what it covers and what it ignores.
+"""The request shape hash refresh compares (preparations/record.py): what it covers and ignores.
 
 It must change when anything but history, input and render changes (a refresh of such a
 request is ``prefix_changed``), must not change with those or with the order of object keys,
@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 
 from context_assembly.core.memo import BLOCK_FIELDS, blocks_digest
 from context_assembly.core.request import Block, Contribution, PrepareRequest
-from context_assembly.preparations import (
+from context_assembly.preparations.record import (
     CONTRIBUTION_FIELDS,
     SHAPE_V2,
-    _request_shape_hash,
-    _request_shape_hash_v1,
-    _same_shape,
+    same_shape,
+    shape_hash,
+    shape_hash_v1,
 )
 from hypothesis_budget import examples
 
@@ -27,7 +27,8 @@ WORDS = st.sampled_from(["alpha", "beta", "é", "日本", '"q"', "\\", "x" * 40]
 
 
 def test_the_hash_covers_every_field_of_a_block_and_a_contribution() -> None:
-    assert tuple(Block.model_fields) == BLOCK_FIELDS  # in order: the digest reads ``__dict__``
+    assert set(Block.model_fields) == set(BLOCK_FIELDS)
+    assert len(BLOCK_FIELDS) == len(set(BLOCK_FIELDS))
     assert set(CONTRIBUTION_FIELDS) | {"blocks"} == set(Contribution.model_fields)
 
 
@@ -61,7 +62,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _hash(body: dict[str, Any]) -> str:
-    return _request_shape_hash(PrepareRequest.model_validate(body))
+    return shape_hash(PrepareRequest.model_validate(body))
 
 
 def _reversed_keys(value: Any) -> Any:
@@ -124,14 +125,14 @@ def test_records_stored_with_the_first_version_still_compare() -> None:
         "contributions": [{"source": "notes", "revision": 1, "blocks": [{"id": "a", "text": "x"}]}],
     }
     request = PrepareRequest.model_validate(body)
-    stored_v1 = _request_shape_hash_v1(request)
+    stored_v1 = shape_hash_v1(request)
     assert stored_v1.startswith("sha256:")
-    assert _same_shape(request, stored_v1)
-    assert _same_shape(request, _request_shape_hash(request))
+    assert same_shape(request, stored_v1)
+    assert same_shape(request, shape_hash(request))
     body["contributions"][0]["blocks"][0]["text"] = "y"
     edited = PrepareRequest.model_validate(body)
-    assert not _same_shape(edited, stored_v1)
-    assert not _same_shape(edited, _request_shape_hash(request))
+    assert not same_shape(edited, stored_v1)
+    assert not same_shape(edited, shape_hash(request))
 
 
 # Pinned: a stored record's shape hash is made of these digests, so their bytes never change.

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from context_assembly.core.assemble import Assembly, Groundwork, assemble, lay_groundwork
+from context_assembly.core.assemble import Assembly, assemble
 from context_assembly.core.blocks import SourceBlocks
 from context_assembly.core.budget import Capacity
 from context_assembly.core.memo import AssemblyMemo, Entry
@@ -307,7 +307,7 @@ def test_the_memo_holds_no_block_text() -> None:
         ),
     )
     _turn(groups, memo)
-    held = list(_strings((memo._young, memo._old), set()))
+    held = list(_strings(memo._entries, set()))
     assert held, "the walk reached the memo's contents"
     for text in [*texts, *(f"secret projection {i}" for i in range(5))]:
         assert not any(text in s for s in held)
@@ -318,12 +318,28 @@ def test_entries_are_bounded_by_block_reports() -> None:
     memo = AssemblyMemo(max_blocks=64)
     for turn in range(40):
         _turn(_blocks([f"{word} {turn}" for word in TEXTS]), memo)
-        held = [*memo._young.values(), *memo._old.values()]
-        assert sum(entry.weight for entry in held) <= 64
+        assert sum(entry.weight for entry in memo._entries.values()) <= 64
     assert memo.info()[2] < 40
 
 
-@pytest.mark.parametrize("max_blocks", [0, 1])
+def test_the_least_recently_used_entry_goes_first() -> None:
+    """Four turns of three blocks fill a memo of 16 block reports; a fifth drops the least
+    recently used, which is the second turn once the first has been used again."""
+    memo = AssemblyMemo(max_blocks=16)
+    turns = [_blocks([f"{word} {turn}" for word in TEXTS]) for turn in range(5)]
+    for groups in turns[:4]:
+        _turn(groups, memo)
+    _turn(turns[0], memo)
+    assert memo.info() == (1, 4, 4)
+    _turn(turns[4], memo)
+    assert memo.info() == (1, 5, 4)
+    _turn(turns[0], memo)
+    assert memo.info()[:2] == (2, 5), "the first turn, used again, was kept"
+    _turn(turns[1], memo)
+    assert memo.info()[:2] == (2, 6), "the second turn, least recently used, was dropped"
+
+
+@pytest.mark.parametrize("max_blocks", [-1, 0])
 def test_a_memo_needs_room(max_blocks: int) -> None:
     with pytest.raises(ValueError, match="max_blocks"):
         AssemblyMemo(max_blocks=max_blocks)
@@ -336,61 +352,3 @@ def test_entry_validity_is_the_window_between_expiries() -> None:
     assert not entry.valid_at(NOW - timedelta(hours=2))
     assert not entry.valid_at(NOW + timedelta(hours=1))
     assert Entry(0, None, None).valid_at(datetime(2100, 1, 1, tzinfo=UTC))
-
-
-@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(protected=True), st.integers(-90, 90), st.booleans())
-def test_groundwork_changes_nothing(scenario: Scenario, seconds: int, other_counter: bool) -> None:
-    """Groundwork laid seconds earlier or later (a minute boundary between them or not), or for
-    another counter, gives the same assembly as none: it is used only where it still fits."""
-    request = _request(
-        scenario.groups,
-        max_data_tokens=scenario.max_data_tokens,
-        limits=dict(scenario.source_limits),
-        layout="stable-prefix",
-        input_words=5,
-        history=3,
-        drop_oldest=False,
-    )
-    setups = plan_sources(request)
-    inputs = materialised_inputs(request, setups)
-    now = NOW + timedelta(seconds=30)
-    laid = lay_groundwork(
-        request,
-        setups,
-        local_now=now + timedelta(seconds=seconds),
-        counter=COUNTERS[1] if other_counter else COUNTERS[0],
-        profile=PROFILE,
-    )
-
-    def run(groundwork: Groundwork | None) -> object:
-        try:
-            return assemble(
-                request, setups, inputs, now=now, local_now=now, counter=COUNTERS[0],
-                profile=PROFILE, capacity=Capacity(900, "host"), exact=False, tenant="t",
-                groundwork=groundwork,
-            )  # fmt: skip
-        except ServiceError as err:
-            return type(err), str(err)
-
-    assert run(laid) == run(None)
-
-
-def test_groundwork_from_another_minute_is_laid_again() -> None:
-    """The date line is to the minute: groundwork from 12:00:59 is not used at 12:01:00."""
-    request = _request(
-        _blocks(TEXTS), max_data_tokens=400, limits={}, layout="legacy", input_words=3,
-        history=0, drop_oldest=False,
-    )  # fmt: skip
-    setups = plan_sources(request)
-    before = NOW.replace(second=59)
-    laid = lay_groundwork(request, setups, local_now=before, counter=COUNTERS[0], profile=PROFILE)
-    after = before + timedelta(seconds=1)
-    assert laid.fits(request, setups, COUNTERS[0], PROFILE, before.replace(second=0))
-    assert not laid.fits(request, setups, COUNTERS[0], PROFILE, after)
-    result = assemble(
-        request, setups, materialised_inputs(request, setups), now=after, local_now=after,
-        counter=COUNTERS[0], profile=PROFILE, capacity=Capacity(5000, "host"), exact=False,
-        tenant="t", groundwork=laid,
-    )  # fmt: skip
-    assert f"{after:%Y-%m-%d %H:%M}" in str(result.frame.messages[0].content)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import signal
 import threading
 from collections.abc import AsyncIterator
@@ -18,15 +17,16 @@ from fastapi.routing import APIRoute
 
 from context_assembly import __version__
 from context_assembly.api.auth import Authenticator
+from context_assembly.api.bodies import body_schemas
 from context_assembly.api.docs_ui import install_docs_ui
-from context_assembly.api.lean import LeanDispatch
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
 from context_assembly.api.reload import reload_settings
-from context_assembly.api.routes import get_tenant, lean_dispatched, ops, v1
+from context_assembly.api.routes import BODY_MODELS, get_tenant, ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import contributor_limits, create_client
 from context_assembly.contributors.ssrf import Resolver
+from context_assembly.core.memo import AssemblyMemo
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.metrics import Metrics
 from context_assembly.preparations import Clock, Preparations
@@ -38,13 +38,6 @@ log = structlog.get_logger("context_assembly.app")
 
 
 PURGE_INTERVAL_SECONDS = 60.0
-# The cyclic collector's thresholds while serving (Python's default is (700, 10, 10)). Almost
-# nothing a request allocates is cyclic garbage (refcounting frees it), yet at the default a
-# young collection ran every few prepares at c=16 and scanned the objects of the requests in
-# flight: ~4% of the service's CPU (thread time in gc.callbacks). At 5,000 it ran fewer than
-# twenty times in ~7,000 prepares; cyclic garbage waits for at most 5,000 net new container
-# objects (docs/performance.md).
-GC_THRESHOLDS = (5_000, 10, 10)
 
 
 async def _purge_expired(store: Store, clock: Clock) -> None:
@@ -74,14 +67,17 @@ def create_app(
     resolver: Resolver | None = None,
     clock: Clock | None = None,
     config_path: str | None = None,
+    memo: AssemblyMemo | None = None,
 ) -> FastAPI:
     """Build the app. Injected ``store``/``client`` are used as given and not closed by the app.
 
     With ``config_path`` (the TOML file the settings came from), ``SIGHUP`` and the admin call
-    reload that file (``api/reload.py``).
+    reload that file (``api/reload.py``). ``memo`` is the assembly memo the app's preparations
+    share (``core/memo.py``; by default a new one of the default size).
     """
     metrics = Metrics()
     registry = ModelRegistry.load()
+    the_memo = memo if memo is not None else AssemblyMemo()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -98,15 +94,8 @@ def create_app(
         )
         for name in ("o200k_base", "cl100k_base"):
             get_counter(name).count("warm up")  # build encodings now, not on the first request
-        # Everything built so far (encodings, registry, schemas, routes) lives as long as the
-        # process: move it out of the collector's reach so that full collections during requests
-        # do not traverse it (they showed up as p99 spikes of tens of milliseconds).
-        gc.collect()
-        gc.freeze()
-        thresholds = gc.get_threshold()
-        gc.set_threshold(*GC_THRESHOLDS)  # the embedding process's own are back at shutdown
         app.state.preparations = Preparations(
-            settings, the_store, the_client, registry, resolver=resolver, clock=clock
+            settings, the_store, the_client, registry, resolver=resolver, clock=clock, memo=the_memo
         )
         loop = asyncio.get_running_loop()
         if config_path is not None and threading.current_thread() is threading.main_thread():
@@ -116,8 +105,6 @@ def create_app(
         try:
             yield
         finally:
-            gc.set_threshold(*thresholds)  # first: a failing close below must not skip it
-            metrics.later.run_pending()  # the last requests' observations and access lines
             purge.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await purge
@@ -156,8 +143,6 @@ def create_app(
     app.include_router(v1)
     app.include_router(ops)
     install_docs_ui(app)
-    # Innermost of our middlewares: prepare and budget go straight to their lean handlers.
-    app.add_middleware(LeanDispatch, fastapi_app=app, routes=lean_dispatched(v1))
     app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)
     app.add_middleware(RequestContext, metrics=metrics)
     _complete_openapi(app)
@@ -182,8 +167,9 @@ _REQUEST_ID = {
 
 def _complete_openapi(app: FastAPI) -> None:
     """Say in the OpenAPI document what FastAPI cannot see: the API keys (read in a dependency
-    of our own, not one of FastAPI's security classes, which would run on the hot routes), that
-    every error is ``application/problem+json`` (also a 422 FastAPI would describe as its
+    of our own, not one of FastAPI's security classes, which would run on the hot routes), the
+    schemas of the request bodies (read by ``api/bodies.py``, not by FastAPI), that every error
+    is ``application/problem+json`` (also a 422 FastAPI would describe as its
     ``HTTPValidationError``, which the service never sends), and the request id header."""
     generate = app.openapi
     keyed = {
@@ -199,9 +185,12 @@ def _complete_openapi(app: FastAPI) -> None:
         doc = generate()
         components = doc.setdefault("components", {})
         components["securitySchemes"] = SECURITY_SCHEMES
-        schemas = components.get("schemas", {})
+        schemas = components.setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
+        for name, schema in body_schemas(BODY_MODELS).items():
+            if schemas.setdefault(name, schema) != schema:
+                raise RuntimeError(f"two schemas named {name} in the OpenAPI document")
         for path, operations in doc.get("paths", {}).items():
             for operation in operations.values():
                 if path in keyed:

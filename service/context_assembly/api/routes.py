@@ -9,12 +9,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
+from starlette.background import BackgroundTask
 
 from context_assembly.api.auth import Authenticator
+from context_assembly.api.bodies import documented, json_body
 from context_assembly.api.breakdown import render_html, render_text
-from context_assembly.api.lean import LeanRoute
 from context_assembly.api.middleware import PREPARATION_ID
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
 from context_assembly.api.reload import reload_settings
@@ -66,12 +66,11 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def json_response(model: BaseModel) -> Response:
-    """Serialise a response model once, in pydantic-core.
+    """The answer of a response model, serialised once, in pydantic-core.
 
     Returning the model would make FastAPI dump it to Python objects, validate those against the
-    response model again and serialise them: for a 128-block manifest that costs ~3 ms more. The
-    route keeps ``response_model`` for the OpenAPI document; the values are built by the core and
-    the models are already validated.
+    response model again and serialise them. The route keeps ``response_model`` for the OpenAPI
+    document; the values are built by the core and the models are already validated.
     """
     return Response(model.model_dump_json(), media_type="application/json")
 
@@ -79,17 +78,16 @@ def json_response(model: BaseModel) -> Response:
 def _answer(
     prepared: Prepared, metrics: Metrics, operation: str, seconds: float, body: PrepareRequest
 ) -> Response:
-    """The prepared JSON as the answer; its metrics are recorded a moment later (they are not
-    the caller's to wait for, nor its next request's: ``afterwards.py``)."""
-    metrics.later.defer(
-        metrics.observe_preparation,
-        operation,
-        seconds,
-        prepared.response,
-        prepared.decisions,
-        body.contributors,
+    """The prepared JSON as the answer; its metrics are observed once the answer is sent."""
+
+    async def observe() -> None:
+        metrics.observe_preparation(
+            operation, seconds, prepared.response, prepared.decisions, body.contributors
+        )
+
+    return Response(
+        prepared.body, media_type="application/json", background=BackgroundTask(observe)
     )
-    return Response(prepared.body, media_type="application/json")
 
 
 def _failed(
@@ -99,9 +97,7 @@ def _failed(
     contributor calls that had settled (a 502 or 504 carries them)."""
     status = err.status if isinstance(err, ServiceError) else 500
     calls = err.calls if isinstance(err, ServiceError) else ()
-    metrics.later.defer(
-        metrics.observe_failure, operation, seconds, status, calls, body.contributors
-    )
+    metrics.observe_failure(operation, seconds, status, calls, body.contributors)
 
 
 async def get_tenant(request: Request) -> str:
@@ -119,13 +115,19 @@ async def get_metrics(request: Request) -> Metrics:
     return metrics
 
 
+# Dependencies are async: a sync one would cost a thread-pool hop on every request. A route
+# names the tenant first, so a missing key is 401 before any problem with the body.
 Tenant = Annotated[str, Depends(get_tenant)]
 Service = Annotated[Preparations, Depends(get_preparations)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+PrepareBody = Annotated[PrepareRequest, Depends(json_body(PrepareRequest))]
+ValidateBody = Annotated[ValidateRequest, Depends(json_body(ValidateRequest))]
+RepairBody = Annotated[RepairRequest, Depends(json_body(RepairRequest))]
+UsageBody = Annotated[UsageRequest, Depends(json_body(UsageRequest))]
+# The body models, in the order the routes take them (``app._complete_openapi`` documents them).
+BODY_MODELS = (PrepareRequest, ValidateRequest, RepairRequest, UsageRequest)
 
-# The /v1 routes are served by the lean path (api/lean.py); FastAPI documents them. The
-# dependencies above are async: a sync one would cost a thread-pool hop on every request.
-v1 = APIRouter(prefix="/v1", route_class=LeanRoute)
+v1 = APIRouter(prefix="/v1")
 ops = APIRouter()
 COMMON = (401, 413, 422, 503)
 
@@ -135,9 +137,10 @@ COMMON = (401, 413, 422, 503)
     response_model=PrepareResponse,
     responses=_problems(*COMMON, 502, 504),
     name="prepare",
+    openapi_extra=documented(PrepareRequest),
 )
 async def prepare(
-    body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep, request: Request
+    tenant: Tenant, body: PrepareBody, service: Service, metrics: MetricsDep, request: Request
 ) -> Response:
     """Run contributors, select under the budget, lay out; answer frame, manifest, budget, hashes."""
     started = time.perf_counter()
@@ -150,8 +153,14 @@ async def prepare(
     return _answer(prepared, metrics, "prepare", time.perf_counter() - started, body)
 
 
-@v1.post("/budget", response_model=BudgetResponse, responses=_problems(*COMMON), name="budget")
-async def budget(body: PrepareRequest, tenant: Tenant, service: Service) -> Response:
+@v1.post(
+    "/budget",
+    response_model=BudgetResponse,
+    responses=_problems(*COMMON),
+    name="budget",
+    openapi_extra=documented(PrepareRequest),
+)
+async def budget(tenant: Tenant, body: PrepareBody, service: Service) -> Response:
     """The budget of what is already materialisable (legacy content, inline blocks); no contributor runs."""
     return json_response(await service.budget(tenant, body))
 
@@ -172,12 +181,13 @@ async def get_preparation(preparation_id: str, tenant: Tenant, service: Service)
     response_model=ValidateResponse,
     responses=_problems(*COMMON, 404, 409),
     name="validate_preparation",
+    openapi_extra=documented(ValidateRequest),
 )
 async def validate(
-    preparation_id: str, body: ValidateRequest, tenant: Tenant, service: Service
-) -> ValidateResponse:
+    preparation_id: str, tenant: Tenant, body: ValidateBody, service: Service
+) -> Response:
     """Final dispatch check: model, scope, prefix, input, expiry and contributor revisions."""
-    return await service.validate(tenant, preparation_id, body)
+    return json_response(await service.validate(tenant, preparation_id, body))
 
 
 @v1.post(
@@ -185,9 +195,10 @@ async def validate(
     response_model=PrepareResponse,
     responses=_problems(*COMMON, 404, 409, 502, 504),
     name="refresh_preparation",
+    openapi_extra=documented(PrepareRequest),
 )
 async def refresh(
-    preparation_id: str, body: PrepareRequest, tenant: Tenant, service: Service, metrics: MetricsDep
+    preparation_id: str, tenant: Tenant, body: PrepareBody, service: Service, metrics: MetricsDep
 ) -> Response:
     """One more contribution and selection round after host hooks edited history or input (once)."""
     started = time.perf_counter()
@@ -204,12 +215,13 @@ async def refresh(
     response_model=RepairResponse,
     responses=_problems(*COMMON, 404, 409),
     name="repair_preparation",
+    openapi_extra=documented(RepairRequest),
 )
 async def repair(
-    preparation_id: str, body: RepairRequest, tenant: Tenant, service: Service
-) -> RepairResponse:
+    preparation_id: str, tenant: Tenant, body: RepairBody, service: Service
+) -> Response:
     """A structured-output repair frame over the frozen dispatched frame; no contributor is called."""
-    return await service.repair(tenant, preparation_id, body)
+    return json_response(await service.repair(tenant, preparation_id, body))
 
 
 @v1.post(
@@ -217,10 +229,11 @@ async def repair(
     response_model=UsageResponse,
     responses=_problems(*COMMON, 404),
     name="report_usage",
+    openapi_extra=documented(UsageRequest),
 )
 async def usage(
-    preparation_id: str, body: UsageRequest, tenant: Tenant, service: Service, metrics: MetricsDep
-) -> UsageResponse:
+    preparation_id: str, tenant: Tenant, body: UsageBody, service: Service, metrics: MetricsDep
+) -> Response:
     """Record the provider's usage object; the same ``report_id`` twice changes nothing."""
     recorded = await service.usage(tenant, preparation_id, body)
     last = recorded.response.accounting.last
@@ -231,7 +244,7 @@ async def usage(
         and last.input_token_delta is not None
     ):
         metrics.usage_delta.labels(body.provider).observe(last.input_token_delta)
-    return recorded.response
+    return json_response(recorded.response)
 
 
 @v1.get(
@@ -376,13 +389,3 @@ async def readyz(service: Service) -> Response | Health:
 async def metrics_endpoint(metrics: MetricsDep) -> Response:
     """Prometheus metrics of this process."""
     return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-DISPATCHED = ("prepare", "budget")
-
-
-def lean_dispatched(router: APIRouter) -> list[APIRoute]:
-    """The routes ``LeanDispatch`` serves past the router: the per-model-call ones."""
-    routes = [r for r in router.routes if isinstance(r, APIRoute) and r.name in DISPATCHED]
-    assert len(routes) == len(DISPATCHED), "every dispatched route exists"
-    return routes

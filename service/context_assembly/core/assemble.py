@@ -23,7 +23,7 @@ from context_assembly.core.budget import (
 from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
 from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
 from context_assembly.core.frame import Frame
-from context_assembly.core.layout import Placed, Texts, build_texts, place
+from context_assembly.core.layout import Placed, build_texts, place
 from context_assembly.core.memo import (
     AssemblyMemo,
     Entry,
@@ -72,88 +72,9 @@ class Assembly:
     selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
     block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
-    block_reports_json: bytes  # the same, serialised (reused while the reports are these)
     block_rows: str  # the same in the packed stored form (``result.pack_block_rows``)
     block_decisions: DecisionTally  # the same counted by status and reason (for the metrics)
     block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
-    neutral_frame_json: bytes  # ``frame`` as the neutral render's JSON (``frame_hashes``)
-
-
-@dataclass(frozen=True, slots=True)
-class Groundwork:
-    """What no contributor's answer changes: the host texts, the history and fixed counts and the
-    hashes of the input and the instructions.
-
-    Laid while the contributors are awaited (``lay_groundwork``), so that less is left to do after
-    the last answer; ``assemble`` uses it only for the same request, setups, counter and profile
-    and the same minute of ``local_now`` (the date line's precision), else it counts afresh.
-    """
-
-    request: PrepareRequest
-    setups: Sequence[SourceSetup]
-    counter: TokenCounter
-    profile: ModelProfile
-    minute: datetime
-    texts: Texts
-    history_counts: list[Counted]
-    fixed: FixedCosts
-    input_hash: str
-    instructions_hash: str
-
-    def fits(
-        self,
-        request: PrepareRequest,
-        setups: Sequence[SourceSetup],
-        counter: TokenCounter,
-        profile: ModelProfile,
-        local_now: datetime,
-    ) -> bool:
-        return (
-            self.request is request
-            and self.setups is setups
-            and self.counter is counter
-            and self.profile == profile
-            and self.minute == _minute(local_now)
-        )
-
-
-def _minute(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
-
-
-def lay_groundwork(
-    request: PrepareRequest,
-    setups: Sequence[SourceSetup],
-    *,
-    local_now: datetime,
-    counter: TokenCounter,
-    profile: ModelProfile,
-) -> Groundwork:
-    """The answer-independent part of ``assemble`` for ``request`` (see ``Groundwork``)."""
-    replaced = {setup.source: setup for setup in setups}
-    texts = build_texts(request, replaced, local_now)
-    history_counts = count_history(request, counter, profile)
-    fixed = fixed_costs(
-        request.options.layout,
-        texts,
-        request.tools,
-        history_counts,
-        request.input,
-        counter,
-        profile,
-    )
-    return Groundwork(
-        request,
-        setups,
-        counter,
-        profile,
-        _minute(local_now),
-        texts,
-        history_counts,
-        fixed,
-        input_hash(request.input),
-        text_hash(request.instructions),
-    )
 
 
 def assemble(
@@ -169,25 +90,19 @@ def assemble(
     exact: bool,
     tenant: str,
     memo: AssemblyMemo | None = None,
-    groundwork: Groundwork | None = None,
 ) -> Assembly:
     """Run the whole pipeline of SPEC §4–§7 for one request.
 
     With a ``memo`` (``core/memo.py``), a turn whose blocks, limits and expiry state an earlier
     turn already decided reuses those decisions and only renders its data message; the result is
-    the same as without one. ``groundwork`` (``lay_groundwork`` for this request, laid while the
-    contributors were awaited) saves counting the fixed terms again; it changes nothing either.
+    the same as without one.
 
     Raises:
         InvalidError, AssemblyOverflowError, ContextOverflowError: as SPEC §9 describes.
     """
     options = request.options
     replaced = {setup.source: setup for setup in setups}
-    if groundwork is None or not groundwork.fits(request, setups, counter, profile, local_now):
-        groundwork = lay_groundwork(
-            request, setups, local_now=local_now, counter=counter, profile=profile
-        )
-    texts = groundwork.texts
+    texts = build_texts(request, replaced, local_now)
     live = [item for item in inputs if not item.failed]
     failed = frozenset(item.setup.source for item in inputs if item.failed)
     groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
@@ -206,8 +121,10 @@ def assemble(
         graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
 
     history = request.history_messages  # empty when the provider holds the history (native)
-    history_counts = groundwork.history_counts
-    fixed = groundwork.fixed
+    history_counts = count_history(request, counter, profile)
+    fixed = fixed_costs(
+        options.layout, texts, request.tools, history_counts, request.input, counter, profile
+    )
     remaining = capacity.tokens - reserve - fixed.total
     if entry is not None:
         demand = entry.demand
@@ -294,7 +211,7 @@ def assemble(
     )
     prefix = placed.messages[: placed.prefix_len]
     prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
-    fingerprint, prefix_hash, frame_json = frame_hashes(
+    fingerprint, prefix_hash, _ = frame_hashes(
         request.model_name,
         tenant,
         request.scope,
@@ -311,17 +228,15 @@ def assemble(
         fingerprint=fingerprint,
         prefix_hash=prefix_hash,
         prefix_tokens=prefix_tokens,
-        input_hash=groundwork.input_hash,
-        instructions_hash=groundwork.instructions_hash,
+        input_hash=input_hash(request.input),
+        instructions_hash=text_hash(request.instructions),
         history=tuple(history),
         selected_expiry=outcome.selected_expiry,
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
         block_reports=outcome.blocks,
-        block_reports_json=outcome.blocks_json,
         block_rows=outcome.block_rows,
         block_decisions=outcome.decisions,
         block_digests=digests,
-        neutral_frame_json=frame_json,
     )
 
 
@@ -412,7 +327,6 @@ def _select(
         segments,
         selection.data_tokens,
         tuple(blocks),
-        BLOCK_REPORTS.dump_json(blocks),
         pack_block_rows(blocks),
         expiry,
         decision_tally(blocks),

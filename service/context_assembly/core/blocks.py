@@ -86,8 +86,8 @@ _VALID_DEP = re.compile(rf"[^/\x00-\x1f\x7f-\x9f]+/[^\x00-\x1f\x7f-\x9f]{{1,{MAX
 
 def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
     # Of the options, only ``max_block_characters`` is read: the service keys its record of
-    # answers that passed on it (``preparations.PassedChecks``); reading another option here
-    # means adding it to that key.
+    # answers that passed on it (``preparations.targets.PassedChecks``); reading another option
+    # here means adding it to that key.
     qid = source + "/" + block.id
     if not _VALID_ID.fullmatch(block.id):
         _check_id(block.id, "id", qid)

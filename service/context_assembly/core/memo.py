@@ -10,12 +10,14 @@ What the key holds (``AssemblyMemo.key``): per source, the SHA-256 of all of its
 (``blocks_digest``; never the text itself); then the source order, the failed sources, the token
 counter (by identity), the model profile and the validation limits. ``Outcome`` is further keyed
 by the data limit, the data budget and the source limits. The same digests serve the request
-shape hash that refresh compares (``preparations.py``), so the blocks are hashed once a request.
+shape hash that refresh compares (``preparations/record.py``), so the blocks are hashed once a
+request.
 
 What is kept: the protected demand, and per selection key the rendered order (source, block
 position, view), the exact token count of that data message, the manifest's block reports (ids,
-statuses, reasons, counts, dependencies), also as JSON, and the selected expiries. No block text, projection,
-instruction or history is held: the data message is rendered each time from the request.
+statuses, reasons, counts, dependencies), also packed as a record keeps them and counted by
+status and reason, and the selected expiries. No block text, projection, instruction or history
+is held: the data message is rendered each time from the request.
 
 Time: a result depends on the clock only through which blocks have expired. An entry records the
 latest expiry at or before the instant it was computed and the earliest after it, and is used only
@@ -23,18 +25,20 @@ while the clock stays between them (so a block expiring between two turns is dec
 
 Errors are never memoised: a request that fails runs the whole way each time and fails the same way.
 
-Bounds: two generations of entries, weighted by the block reports they hold (``max_blocks`` in
-all), at most ``MAX_OUTCOMES`` outcomes an entry; a hit in the old generation moves to the young one; when the young one is full it becomes the old one and the
-previous old one is dropped. No lock: each dictionary operation is atomic under the GIL, and two
-threads computing the same entry store equal values.
+Bounds: a least-recently-used map of entries, weighted by the block reports they hold
+(``max_blocks`` in all), at most ``MAX_OUTCOMES`` outcomes an entry; the least recently used
+entries are dropped while the weight is over the bound. One memo serves one event loop (the app
+makes one and hands it to its preparations); it takes no lock.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Final
 
 import orjson
@@ -54,18 +58,15 @@ BLOCK_FIELDS: Final = (
     "expires_at",
     "projection",
 )
-# A block's values are read from its ``__dict__``, which holds exactly its fields in declaration
-# order (pydantic fills it so: validated, constructed or copied), the ``BLOCK_FIELDS`` order:
-# ~30% faster than an ``attrgetter`` of seven names. Checked here, so a reordered model fails
-# at import instead of changing every digest (a stored shape hash is made of them).
-if tuple(Block.model_fields) != BLOCK_FIELDS:
-    raise RuntimeError("Block's fields are not BLOCK_FIELDS in order: blocks_digest would change")
+_block_values = attrgetter(*BLOCK_FIELDS)
 
 
 def blocks_digest(blocks: Sequence[Block]) -> bytes:
     """SHA-256 of the blocks' fields as JSON arrays in ``BLOCK_FIELDS`` order: the identity of
-    one source's blocks (canonical: a block holds no JSON object whose key order could vary)."""
-    return hashlib.sha256(orjson.dumps([tuple(b.__dict__.values()) for b in blocks])).digest()
+    one source's blocks (canonical: a block holds no JSON object whose key order could vary).
+    A stored shape hash is made of these digests, so the order is ``BLOCK_FIELDS``'s, whatever
+    the model's own."""
+    return hashlib.sha256(orjson.dumps([_block_values(b) for b in blocks])).digest()
 
 
 # Block reports held in all: ~1.4 KB each with their JSON, rows and render plan (measured with
@@ -96,7 +97,6 @@ class Outcome:
     segments: tuple[Segment, ...]
     data_tokens: int
     blocks: tuple[BlockReport, ...]  # the manifest's block reports, in rank order
-    blocks_json: bytes  # those reports as the JSON array the answer carries
     block_rows: str  # and in the packed form a stored record keeps (``result.pack_block_rows``)
     selected_expiry: tuple[tuple[str, str], ...]
     decisions: DecisionTally  # the reports counted by status and reason (``result.decision_tally``)
@@ -143,16 +143,14 @@ def selection_key(
 class AssemblyMemo:
     """A bounded, text-free memo of block decisions across turns (see the module docstring)."""
 
-    __slots__ = ("_half", "_hits", "_max_blocks", "_misses", "_old", "_young", "_young_weight")
+    __slots__ = ("_entries", "_hits", "_max_blocks", "_misses", "_weight")
 
     def __init__(self, max_blocks: int = DEFAULT_MAX_BLOCKS) -> None:
-        if max_blocks < 2:
-            raise ValueError(f"max_blocks must be at least 2, got {max_blocks}")
+        if max_blocks < 1:
+            raise ValueError(f"max_blocks must be at least 1, got {max_blocks}")
         self._max_blocks = max_blocks
-        self._half = max_blocks // 2
-        self._young: dict[MemoKey, Entry] = {}
-        self._old: dict[MemoKey, Entry] = {}
-        self._young_weight = 0
+        self._entries: OrderedDict[MemoKey, Entry] = OrderedDict()
+        self._weight = 0  # the sum of the entries' weights
         self._hits = 0
         self._misses = 0
 
@@ -178,15 +176,12 @@ class AssemblyMemo:
         )
 
     def get(self, key: MemoKey, now: datetime) -> Entry | None:
-        """The entry of ``key`` if it is valid at ``now`` (refreshed into the young generation)."""
-        entry = self._young.get(key)
-        if entry is None:
-            entry = self._old.get(key)
-            if entry is not None:
-                self._store(key, entry)
+        """The entry of ``key`` if it is valid at ``now`` (then the most recently used)."""
+        entry = self._entries.get(key)
         if entry is None or not entry.valid_at(now):
             self._misses += 1
             return None
+        self._entries.move_to_end(key)
         self._hits += 1
         return entry
 
@@ -203,42 +198,33 @@ class AssemblyMemo:
     ) -> None:
         """Keep ``outcome`` under ``key`` and ``sel_key``: in ``entry`` when the turn found one,
         else in a new entry (replacing one whose validity window has passed)."""
-        weight = 1 + len(outcome.blocks)
-        if weight * MAX_OUTCOMES > self._half:
-            return  # larger than a generation: not worth evicting everything for
-        if entry is None:
+        if (1 + len(outcome.blocks)) * MAX_OUTCOMES > self._max_blocks:
+            return  # an entry could outweigh the whole memo: not worth evicting everything for
+        entries = self._entries
+        if entry is None or entries.get(key) is not entry:
             valid_from, valid_until = expiry_window(expiries, now)
             entry = Entry(demand, valid_from, valid_until)
-            self._store(key, entry)
+            replaced = entries.pop(key, None)
+            if replaced is not None:
+                self._weight -= replaced.weight
+            entries[key] = entry
+        before = entry.weight
         outcomes = entry.outcomes
         if sel_key not in outcomes and len(outcomes) >= MAX_OUTCOMES:
             del outcomes[next(iter(outcomes))]  # the oldest: limits move as history grows
         outcomes[sel_key] = outcome
-        if self._young.get(key) is entry:
-            self._young_weight += weight
-            self._rotate()
-
-    def _store(self, key: MemoKey, entry: Entry) -> None:
-        young = self._young
-        if young.get(key) is not entry:
-            self._young_weight += entry.weight
-        young[key] = entry
-        self._rotate()
-
-    def _rotate(self) -> None:
-        if self._young_weight >= self._half:
-            self._old = self._young
-            self._young = {}
-            self._young_weight = 0
+        self._weight += entry.weight - before
+        entries.move_to_end(key)
+        while self._weight > self._max_blocks:
+            _, dropped = entries.popitem(last=False)
+            self._weight -= dropped.weight
 
     def info(self) -> tuple[int, int, int]:
         """``(hits, misses, entries)``."""
-        young, old = self._young, self._old
-        return self._hits, self._misses, len(young) + sum(1 for k in old if k not in young)
+        return self._hits, self._misses, len(self._entries)
 
     def clear(self) -> None:
-        self._young = {}
-        self._old = {}
-        self._young_weight = 0
+        self._entries.clear()
+        self._weight = 0
         self._hits = 0
         self._misses = 0

@@ -1,0 +1,365 @@
+"""The lifecycle operations behind the HTTP routes (SPEC §3, §3.3): prepare, budget, get,
+validate, refresh, repair and usage. Routes stay thin; this module does the work.
+
+Routing and native history: the record keeps the *routed* model (validate, repair and usage
+check against it; a refresh of a routed preparation stays on it, ``pin_model``) and the
+candidate list as requested (a refresh must give the same). With a native history the record
+keeps the native descriptor (a refresh must give the same one: the provider-held conversation is
+the trusted prefix and the service cannot see it) and the provider-counted tokens, which repair
+adds to its own count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import httpx
+
+from context_assembly.config import Settings
+from context_assembly.contributors.ssrf import Resolver
+from context_assembly.core.fingerprint import text_hash
+from context_assembly.core.memo import AssemblyMemo
+from context_assembly.core.request import PrepareRequest
+from context_assembly.core.sources import materialised_inputs, plan_sources
+from context_assembly.core.usage import accounting_observation, normalize_usage
+from context_assembly.engine import local_time, rfc3339, run_assembly, to_response
+from context_assembly.errors import InvalidError, StoreUnavailableError
+from context_assembly.lifecycle import (
+    AccountingReport,
+    BudgetResponse,
+    PreparationView,
+    RepairRequest,
+    RepairResponse,
+    UsageRequest,
+    UsageResponse,
+    ValidateRequest,
+    ValidateResponse,
+)
+from context_assembly.preparations.clock import Clock
+from context_assembly.preparations.record import (
+    MAX_SHOWN_ID,
+    REPAIR_ESTIMATE,
+    Prepared,
+    new_preparation_id,
+    not_found,
+    record_data,
+    stored_response,
+)
+from context_assembly.preparations.repair import repair_frame
+from context_assembly.preparations.staleness import (
+    REFRESH_HINT,
+    frame_reasons,
+    refresh_reasons,
+    revision_reasons,
+    stale,
+)
+from context_assembly.preparations.targets import Contributors
+from context_assembly.storage import Accounting, PreparationRecord, Slot, Store
+from context_assembly.tokens.registry import ModelRegistry
+
+# Compare-and-set rounds of a repair or a refresh's write before it gives up with a 503: each
+# round lost means another call wrote the record meanwhile (one refresh at most, or a repair).
+WRITE_ATTEMPTS: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedUsage:
+    """What ``usage`` answers, and whether this call applied the report (``False``: a repeat)."""
+
+    response: UsageResponse
+    applied: bool
+
+
+class Preparations:
+    """The lifecycle operations; one instance per app, sharing the store, the HTTP client and
+    the assembly memo."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: httpx.AsyncClient,
+        registry: ModelRegistry,
+        *,
+        resolver: Resolver | None = None,
+        clock: Clock | None = None,
+        memo: AssemblyMemo | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.clock = clock or Clock()
+        self.memo = memo
+        self.contributors = Contributors(settings, client, resolver=resolver, clock=self.clock)
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Take reloaded settings (contributors, allowlist, limits) for the next calls."""
+        self.settings = settings
+        self.contributors.reconfigure(settings)
+
+    # ------------------------------------------------------------------ prepare, budget
+
+    async def prepare(self, tenant: str, request: PrepareRequest) -> Prepared:
+        """Run contributors, select, lay out, store the record, answer the frame and manifest."""
+        setups = plan_sources(request)
+        now = self.clock.now()
+        local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
+        prep_id = new_preparation_id()
+        collected = await self.contributors.collect(
+            tenant,
+            request,
+            setups,
+            prep_id,
+            budget_ms=request.options.timeout_ms,
+            attempt=1,
+        )
+        assembly, ctx = run_assembly(
+            request,
+            setups,
+            collected.inputs,
+            now=self.clock.now(),
+            tenant=tenant,
+            registry=self.registry,
+            memo=self.memo,
+        )
+        expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
+        response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
+        prepared = Prepared.of(response, assembly)
+        data = record_data(
+            request,
+            assembly,
+            ctx,
+            prepared,
+            answered=collected.answered(),
+            used_ms=collected.used_ms,
+        )
+        await self.store.put(
+            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
+        )
+        return prepared
+
+    async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
+        """The budget of what is already materialisable: no contributor is called. The request
+        is refused as prepare would refuse it before calling anyone: a registered endpoint that
+        this tenant does not have is a 422 here too. An inline URL is not looked up (that
+        would be a call of a kind): it is listed as pending, and prepare checks it."""
+        setups = plan_sources(request)
+        self.contributors.split(tenant, request.contributors)  # raises as prepare would
+        inputs = materialised_inputs(request, setups)
+        assembly, ctx = run_assembly(
+            request,
+            setups,
+            inputs,
+            now=self.clock.now(),
+            tenant=tenant,
+            registry=self.registry,
+            memo=self.memo,
+        )
+        return BudgetResponse(
+            model=ctx.model,
+            budget=assembly.budget,
+            selection=assembly.selection,
+            pending_sources=[s.source for s in setups if s.kind == "webhook"],
+        )
+
+    # ------------------------------------------------------------------ get, validate
+
+    async def _record(self, tenant: str, prep_id: str) -> PreparationRecord:
+        if len(prep_id) > MAX_SHOWN_ID:
+            raise not_found(prep_id)  # none of ours: not looked up
+        record = await self.store.get(tenant, prep_id, self.clock.wall())
+        if record is None:
+            raise not_found(prep_id)
+        return record
+
+    async def get(self, tenant: str, prep_id: str) -> PreparationView:
+        """Manifest, budget, hashes and accounting of one preparation (never block bodies)."""
+        record = await self._record(tenant, prep_id)
+        return PreparationView.model_validate(
+            {
+                **stored_response(record.data["response"]),
+                "refresh_used": record.refresh_used,
+                "accounting": _accounting(record.data, record.accounting),
+            }
+        )
+
+    async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
+        timeout_ms = self.settings.limits.validate_timeout_ms
+        return await revision_reasons(self.contributors, tenant, record, timeout_ms)
+
+    async def validate(self, tenant: str, prep_id: str, body: ValidateRequest) -> ValidateResponse:
+        """Final dispatch check; raises ``StaleError`` with every reason found."""
+        record = await self._record(tenant, prep_id)
+        reasons = frame_reasons(record, body.model, body.scope, body.frame, self.clock.now())
+        reasons += await self._revision_reasons(tenant, record)
+        if reasons:
+            raise stale(reasons, prep_id)
+        return ValidateResponse(preparation_id=prep_id, checked_at=rfc3339(self.clock.now()))
+
+    # ------------------------------------------------------------------ refresh
+
+    async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> Prepared:
+        """One more contribution + selection round after host hooks edited history/input."""
+        record = await self._record(tenant, prep_id)
+        claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
+        if claim == "missing":
+            raise not_found(prep_id)
+        if claim == "used":
+            raise stale(["refresh_used"], prep_id)
+        reasons = refresh_reasons(record, request)
+        if reasons:
+            raise stale(reasons, prep_id, hint=REFRESH_HINT)
+        data = record.data
+        setups = plan_sources(request)
+        collected = await self.contributors.collect(
+            tenant,
+            request,
+            setups,
+            prep_id,
+            budget_ms=float(data["timeout_ms"]) - float(data["used_ms"]),
+            attempt=2,
+            model=data["model"],
+        )
+        assembly, ctx = run_assembly(
+            request,
+            setups,
+            collected.inputs,
+            now=self.clock.now(),
+            tenant=tenant,
+            registry=self.registry,
+            pin_model=data["model"] if request.models is not None else None,
+            memo=self.memo,
+        )
+        expires = datetime.fromtimestamp(record.expires_at, UTC)
+        response = to_response(
+            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
+        )
+        prepared = Prepared.of(response, assembly)
+        new_data = record_data(
+            request,
+            assembly,
+            ctx,
+            prepared,
+            answered=collected.answered(),
+            used_ms=float(data["used_ms"]) + collected.used_ms,
+            history_hashes=data["history_hashes"],
+        )
+        await self._replace(tenant, record, new_data, keep=(REPAIR_ESTIMATE,))
+        return prepared
+
+    async def _replace(
+        self,
+        tenant: str,
+        record: PreparationRecord,
+        new_data: Mapping[str, Any],
+        keep: tuple[str, ...] = (),
+    ) -> None:
+        """Write ``new_data`` over ``record`` by compare and set; when another call wrote in
+        between, carry its ``keep`` fields over and write again over what it left."""
+        current = record
+        for _ in range(WRITE_ATTEMPTS):
+            data = dict(new_data)
+            for name in keep:
+                if name in current.data:
+                    data[name] = current.data[name]
+                else:
+                    data.pop(name, None)
+            if await self.store.replace_data(
+                tenant, record.id, data, self.clock.wall(), expected_version=current.version
+            ):
+                return
+            current = await self._record(tenant, record.id)
+        raise StoreUnavailableError(f"preparation {record.id} kept changing; retry")
+
+    # ------------------------------------------------------------------ repair
+
+    async def repair(self, tenant: str, prep_id: str, body: RepairRequest) -> RepairResponse:
+        """A formatting/repair frame over the frozen dispatched frame; contributors not called.
+
+        The repair frame's estimate is written only over the record its checks read (compare and
+        set on the record's version): when a refresh or another repair wrote in between, the
+        checks run again on what the record holds then, so a repair never undoes a refresh.
+        """
+        for _ in range(WRITE_ATTEMPTS):
+            record = await self._record(tenant, prep_id)
+            data = record.data
+            reasons = frame_reasons(record, body.model, body.scope, body.frame, self.clock.now())
+            if text_hash(body.instructions) != data["instructions_hash"]:
+                reasons.append("instructions_changed")
+            reasons += await self._revision_reasons(tenant, record)
+            if reasons:
+                raise stale(reasons, prep_id)
+            frame = repair_frame(body, data, self.registry)
+            if await self.store.replace_data(
+                tenant,
+                prep_id,
+                {**data, REPAIR_ESTIMATE: frame.tokens},
+                self.clock.wall(),
+                expected_version=record.version,
+            ):
+                return RepairResponse(
+                    preparation_id=prep_id,
+                    frame=frame.rendered,
+                    estimated_input_tokens=frame.tokens,
+                )
+        raise StoreUnavailableError(
+            f"preparation {prep_id} kept changing while the repair was checked; retry"
+        )
+
+    # ------------------------------------------------------------------ usage
+
+    async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> RecordedUsage:
+        """Record one provider usage report; the same ``report_id`` twice changes nothing.
+
+        A ``report_id`` the record already holds is answered from it before the body is read
+        again, so a repeat answers the same whatever it carries. A new one over
+        ``limits.max_usage_reports`` for this preparation is refused (422): the reports are
+        kept for idempotency and every lifecycle call reads them.
+        """
+        record = await self._record(tenant, prep_id)
+        data = record.data
+        seen = record.reports.get(body.report_id)
+        if seen is not None:
+            return RecordedUsage(_usage_response(prep_id, data, seen), applied=False)
+        normalized = normalize_usage(body.provider, body.usage)
+        estimate = data["estimated_input_tokens"]
+        if body.call == "repair" and data.get(REPAIR_ESTIMATE) is not None:
+            estimate = data[REPAIR_ESTIMATE]
+        observation = accounting_observation(
+            normalized,
+            int(estimate),
+            body.provider,
+            body.call,
+            body.report_id,
+            rfc3339(self.clock.now()),
+        )
+        slot: Slot = "auxiliary" if body.call == "repair" else "last"
+        limit = self.settings.limits.max_usage_reports
+        result = await self.store.record_usage(
+            tenant, prep_id, body.report_id, slot, observation, self.clock.wall(), max_reports=limit
+        )
+        if result.status == "full":
+            raise InvalidError(
+                f"preparation {prep_id} already holds {limit} usage reports"
+                " (limits.max_usage_reports)",
+                max_usage_reports=limit,
+            )
+        if result.status == "missing" or result.accounting is None:
+            raise not_found(prep_id)
+        return RecordedUsage(
+            _usage_response(prep_id, data, result.accounting),
+            applied=result.status == "applied",
+        )
+
+
+def _accounting(data: Mapping[str, Any], accounting: Accounting) -> AccountingReport:
+    return AccountingReport.model_validate(
+        {"estimated_input_tokens": data["estimated_input_tokens"], **accounting.as_dict()}
+    )
+
+
+def _usage_response(prep_id: str, data: Mapping[str, Any], accounting: Accounting) -> UsageResponse:
+    return UsageResponse(preparation_id=prep_id, accounting=_accounting(data, accounting))

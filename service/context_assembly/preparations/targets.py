@@ -1,0 +1,301 @@
+"""Where each contributor of a request is called, and the calls of one round under one deadline.
+
+A contributor names a registered endpoint (the configuration's URL and secret, for the tenants it
+lists) or an inline URL, which is checked against the allowlist and the private ranges, its DNS
+inside the deadline (``contributors/ssrf.py``). :meth:`Contributors.collect` calls them all at
+once and checks each answer against the per-source block rules as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import httpx
+
+from context_assembly.config import Settings
+from context_assembly.contributors.calls import (
+    ContributorOutcome,
+    ContributorTarget,
+    PacketFields,
+    Status,
+    contribute_all,
+    raise_for_failures,
+)
+from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
+from context_assembly.core.blocks import check_source_blocks
+from context_assembly.core.memo import blocks_digest
+from context_assembly.core.request import ContributorRef, PrepareRequest
+from context_assembly.core.sources import SourceInput, SourceSetup, materialised_inputs
+from context_assembly.errors import AssemblyTimeoutError, InvalidError, UrlRejectedError
+from context_assembly.preparations.clock import Clock
+
+# Answers that passed the per-source block rules, by (source, max_block_characters, max_blocks,
+# digest of the blocks): a contributor that answers the same blocks turn after turn is checked
+# once. Only passes are kept (a failure is checked again, to name its rule); ~250 bytes an entry.
+MAX_PASSED_CHECKS: Final = 16_384
+PassedChecks = set[tuple[str, int, int, bytes]]
+
+
+def check_and_digest(
+    outcome: ContributorOutcome,
+    request: PrepareRequest,
+    digests: dict[str, bytes],
+    passed: PassedChecks,
+) -> ContributorOutcome:
+    """``check_blocks`` and the digest of the blocks (``memo.blocks_digest``, the memo key): run
+    on each answer as it arrives. The digest comes first: with the limits the rules read, it says
+    whether these very blocks already passed (``passed``), and then the rules are not run again."""
+    if not outcome.ok:
+        return outcome
+    digest_ = blocks_digest(outcome.blocks)
+    options = request.options
+    key = (outcome.source, options.max_block_characters, options.max_blocks, digest_)
+    if key not in passed:
+        checked = check_blocks(outcome, request)
+        if not checked.ok:
+            return checked
+        if len(passed) >= MAX_PASSED_CHECKS:
+            passed.clear()
+        passed.add(key)
+    digests[outcome.source] = digest_
+    return outcome
+
+
+def check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
+    """Apply the per-source block rules of SPEC §5.1 to one contributor's answer.
+
+    A contributor whose blocks break them (an empty or over-long id, a control character, text
+    over ``max_block_characters``, priority out of range, an unqualified dependency, a bad expiry,
+    a duplicate id) gave an invalid answer: the outcome becomes ``invalid`` and its failure policy
+    decides (``omit`` drops the source, ``fail`` fails the prepare with CONTRIBUTOR_FAILED), so
+    one bad optional contributor cannot break every prepare: over ``max_blocks`` alone, or a
+    dependency cycle among its own blocks, is its answer's fault too. Rules across sources (the
+    total over ``max_blocks``, a cycle through several sources, protected closures) are checked
+    later over all sources together.
+    """
+    if not outcome.ok:
+        return outcome
+    try:
+        check_source_blocks(outcome.source, outcome.blocks, request.options)
+    except InvalidError as err:
+        return replace(outcome, status="invalid", blocks=(), cause=f"block rules: {err.detail}")
+    return outcome
+
+
+async def _first_error_cancels(*calls: Awaitable[Any]) -> list[Any]:
+    """Await ``calls`` concurrently and return their results in order; the first to raise
+    cancels the others (their late answers change nothing) and its error is raised."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """Contributor results of one round, ready for the core."""
+
+    inputs: list[SourceInput]
+    outcomes: list[ContributorOutcome]
+    used_ms: float
+
+    def answered(self) -> dict[str, bool]:
+        """Whether each webhook source called answered (a source refused before its call has an
+        outcome that is not ``ok`` too)."""
+        return {outcome.source: outcome.ok for outcome in self.outcomes}
+
+
+class Contributors:
+    """The contributor targets of the current configuration, and the calls of one round."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: httpx.AsyncClient,
+        *,
+        resolver: Resolver | None,
+        clock: Clock,
+    ) -> None:
+        self.client = client
+        self.resolver = resolver
+        self.clock = clock
+        self.passed_checks: PassedChecks = set()
+        self.reconfigure(settings)
+
+    def reconfigure(self, settings: Settings) -> None:
+        """Take reloaded settings (registrations, allowlist, limits) for the next calls."""
+        self.settings = settings
+        self.url_policy = UrlPolicy(
+            allow=settings.inline_urls.entries(), allow_private=settings.inline_urls.allow_private
+        )
+
+    def registered(self, tenant: str, index: int, ref: ContributorRef) -> ContributorTarget:
+        """The target of the registered endpoint ``ref`` names, as registered now; an endpoint
+        this tenant does not have is a 422 naming ``contributors.{index}.endpoint``."""
+        conf = self.settings.contributors.get(ref.endpoint or "")
+        if conf is None or (conf.tenants is not None and tenant not in conf.tenants):
+            raise InvalidError(
+                f"contributors.{index}.endpoint: no contributor endpoint named "
+                f"{ref.endpoint!r} is registered for this tenant",
+                field=f"contributors.{index}.endpoint",
+            )
+        secret = conf.secret.get_secret_value() if conf.secret is not None else None
+        return ContributorTarget(
+            source=ref.source,
+            url=conf.url,
+            secret=secret,
+            failure_policy=ref.failure_policy or conf.failure_policy,
+            kind="registered",
+        )
+
+    def split(
+        self, tenant: str, refs: Sequence[ContributorRef]
+    ) -> tuple[list[ContributorTarget], list[ContributorRef]]:
+        """The targets of the registered endpoints among ``refs`` (raising as ``registered``)
+        and the inline refs, whose URLs are checked when they are called."""
+        targets: list[ContributorTarget] = []
+        inline: list[ContributorRef] = []
+        for index, ref in enumerate(refs):
+            if ref.endpoint is not None:
+                targets.append(self.registered(tenant, index, ref))
+            else:
+                inline.append(ref)
+        return targets, inline
+
+    async def inline(self, ref: ContributorRef, deadline: float) -> ContributorTarget:
+        """The target of an inline URL once it is checked (``UrlRejectedError`` when refused,
+        ``AssemblyTimeoutError`` when its lookup is past ``deadline``)."""
+        assert ref.url is not None
+        checked = await check_url(
+            ref.url,
+            self.url_policy,
+            self.resolver,
+            source=ref.source,
+            deadline_monotonic=deadline,
+            clock=self.clock.monotonic,
+        )
+        return ContributorTarget(
+            source=ref.source,
+            url=ref.url,
+            failure_policy=ref.failure_policy or "fail",
+            kind="inline",
+            checked=checked,
+        )
+
+    async def _call_inline(
+        self,
+        ref: ContributorRef,
+        deadline: float,
+        call: Callable[[list[ContributorTarget]], Awaitable[list[ContributorOutcome]]],
+    ) -> tuple[ContributorTarget | None, ContributorOutcome]:
+        """Check one inline URL (its DNS inside the deadline), then call it. A refused or
+        unresolved URL, or a lookup past the deadline, raises under ``fail``; under ``omit`` it
+        is this source's outcome (``rejected`` or ``timeout``) and the others go on."""
+        started = self.clock.monotonic()
+        try:
+            target = await self.inline(ref, deadline)
+        except (UrlRejectedError, AssemblyTimeoutError) as err:
+            if (ref.failure_policy or "fail") == "fail":
+                raise
+            status: Status = "rejected" if isinstance(err, UrlRejectedError) else "timeout"
+            cause = (
+                err.extensions.get("reason") if status == "rejected" else "DNS past the deadline"
+            )
+            elapsed = (self.clock.monotonic() - started) * 1000.0
+            return None, ContributorOutcome(ref.source, status, elapsed, cause=cause)
+        [outcome] = await call([target])
+        return target, replace(outcome, duration_ms=(self.clock.monotonic() - started) * 1000.0)
+
+    async def collect(
+        self,
+        tenant: str,
+        request: PrepareRequest,
+        setups: Sequence[SourceSetup],
+        preparation_id: str,
+        *,
+        budget_ms: float,
+        attempt: int,
+        model: str | None = None,
+    ) -> Collected:
+        """Run the webhook contributors of ``request`` under one deadline of ``budget_ms``.
+
+        Packets name ``model`` (a refresh: the routed model), else the request's model (with
+        ``models``: the preferred candidate, as routing runs after the contributions).
+        """
+        start = self.clock.monotonic()
+        deadline = start + max(budget_ms, 0.0) / 1000.0
+        targets, inline = self.split(tenant, request.contributors)
+        outcomes: list[ContributorOutcome] = []
+        digests: dict[str, bytes] = {}
+        if request.contributors:
+            # With no time left (a refresh after a slow prepare), every call settles as
+            # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
+            fields = PacketFields(
+                preparation_id=preparation_id,
+                model=model if model is not None else request.model_name,
+                input=request.input,
+                data_budget_tokens=request.options.max_data_tokens,
+                scope=request.scope,
+                deadline_unix_ms=int((self.clock.wall() + budget_ms / 1000.0) * 1000),
+                source_token_limits=request.options.source_token_limits,
+                attempt=attempt,
+            )
+            call = functools.partial(
+                contribute_all,
+                self.client,
+                packet_fields=fields,
+                deadline_monotonic=deadline,
+                max_response_bytes=self.settings.limits.max_contributor_response_bytes,
+                clock=self.clock.monotonic,
+                check=functools.partial(
+                    check_and_digest, request=request, digests=digests, passed=self.passed_checks
+                ),
+                fail_fast=True,
+            )
+            registered = call(targets)
+            if inline:
+                # Each inline URL's lookup runs beside the others and the registered calls.
+                called = await _first_error_cancels(
+                    registered, *(self._call_inline(ref, deadline, call) for ref in inline)
+                )
+                outcomes = list(called[0])
+                for target, outcome in called[1:]:
+                    if target is not None:
+                        targets.append(target)
+                    outcomes.append(outcome)
+            else:
+                outcomes = await registered
+            # A source whose URL was refused or not resolved under ``omit`` has no target and
+            # needs no policy: under ``fail`` it has raised already.
+            targeted = {t.source for t in targets}
+            raise_for_failures([o for o in outcomes if o.source in targeted], targets)
+        used_ms = (self.clock.monotonic() - start) * 1000.0
+        by_source = {o.source: o for o in outcomes}
+        inputs: list[SourceInput] = []
+        materialised = {i.setup.source: i for i in materialised_inputs(request, setups)}
+        for setup in setups:
+            if setup.kind == "webhook":
+                outcome = by_source[setup.source]
+                inputs.append(
+                    SourceInput(
+                        setup,
+                        outcome.status,
+                        outcome.duration_ms,
+                        outcome.revision,
+                        outcome.blocks,
+                        digests.get(setup.source) if outcome.ok else None,
+                    )
+                )
+            else:
+                inputs.append(materialised[setup.source])
+        return Collected(inputs, outcomes, used_ms)
