@@ -42,6 +42,7 @@ typecheck: install
 bench: install
 	$(BIN)/python bench/bench_select.py
 	$(BIN)/python bench/bench_counting.py
+	$(BIN)/python bench/bench_cache.py
 	$(BIN)/python bench/bench_fanout.py
 	$(BIN)/python bench/bench_inprocess.py
 	$(BIN)/python bench/bench_service.py

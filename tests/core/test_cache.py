@@ -303,7 +303,7 @@ def test_plan_breakpoints_never_exceeds_the_limit(
         if minimum is not None and c.tokens >= minimum and not (legacy and c.after != "tools")
     ]
     assert placed == eligible[: cache.MAX_BREAKPOINTS]
-    assert sum(s.reason == "limit" for s in skipped) == max(len(eligible) - 4, 0)
+    assert sum(reason == "limit" for _, reason in skipped) == max(len(eligible) - 4, 0)
 
 
 # --------------------------------------------------------------------------- OpenAI keys

@@ -54,11 +54,9 @@ from context_assembly.core.render import CacheDirectives
 from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Render, Scope
 from context_assembly.core.result import (
     BreakpointAfter,
-    CacheBreakpoint,
     CacheReport,
     CacheTtl,
     FirstChange,
-    SkippedBreakpoint,
     SkipReason,
 )
 
@@ -90,8 +88,10 @@ _PROVIDERS: Final[Mapping[str, Provider]] = {p: p for p in ("openai", "anthropic
 
 @dataclass(frozen=True, slots=True)
 class CachePlan:
-    breakpoints: tuple[CacheBreakpoint, ...]
-    skipped: tuple[SkippedBreakpoint, ...]
+    """A turn's plan; ``breakpoints`` and ``skipped`` in the wire form of ``CacheReport``'s."""
+
+    breakpoints: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, Any], ...]
     cacheable_tokens: int
     directives: CacheDirectives
 
@@ -124,10 +124,10 @@ def candidates(assembly: Assembly) -> list[Candidate]:
 
 def plan_breakpoints(
     found: Sequence[Candidate], *, legacy: bool, minimum: int | None
-) -> tuple[list[Candidate], list[SkippedBreakpoint]]:
+) -> tuple[list[Candidate], list[tuple[Candidate, SkipReason]]]:
     """The candidates that get a marker, and the others with the reason they do not."""
     placed: list[Candidate] = []
-    skipped: list[SkippedBreakpoint] = []
+    skipped: list[tuple[Candidate, SkipReason]] = []
     for candidate in found:
         reason: SkipReason | None = None
         if legacy and candidate.after != "tools":
@@ -139,7 +139,7 @@ def plan_breakpoints(
         if reason is None:
             placed.append(candidate)
         else:
-            skipped.append(SkippedBreakpoint(after=candidate.after, reason=reason))
+            skipped.append((candidate, reason))
     return placed, skipped
 
 
@@ -182,9 +182,7 @@ def plan(
     if render not in _MARKED or not options.breakpoints:
         return CachePlan((), (), 0, CacheDirectives())
     placed, skipped = plan_breakpoints(candidates(assembly), legacy=legacy, minimum=minimum)
-    breakpoints = tuple(
-        CacheBreakpoint(after=c.after, tokens=c.tokens, ttl=options.ttl) for c in placed
-    )
+    breakpoints = tuple({"after": c.after, "tokens": c.tokens, "ttl": options.ttl} for c in placed)
     directives = CacheDirectives()
     if render == "anthropic":
         directives = CacheDirectives(
@@ -193,7 +191,8 @@ def plan(
             messages=tuple(c.message for c in placed if c.message is not None),
         )
     cacheable = placed[-1].tokens if placed else 0
-    return CachePlan(breakpoints, tuple(skipped), cacheable, directives)
+    reasons = tuple({"after": c.after, "reason": reason} for c, reason in skipped)
+    return CachePlan(breakpoints, reasons, cacheable, directives)
 
 
 # --------------------------------------------------------------------------- digests
@@ -251,6 +250,8 @@ def prefix_digests(
 ) -> PrefixDigests:
     """The digests of ``assembly``'s prefix.
 
+    A tool is hashed as its JSON in field order (one serialiser call, no sorting): a digest is
+    only ever compared with one made the same way.
     ``history_digests``: the digests of the history messages sent (``message_digests`` of
     ``assembly.history``), when the caller has them already; a record's ``history_hashes``
     without the ``budget.history_dropped_messages`` first ones are those.
@@ -259,18 +260,21 @@ def prefix_digests(
     return PrefixDigests(
         model=_short([model, render]),
         layout=_short(layout),
-        tools=tuple(_short(tool.model_dump(mode="json")) for tool in assembly.placed.tools),
+        tools=tuple(
+            hashlib.blake2b(tool.__pydantic_serializer__.to_json(tool), digest_size=8).hexdigest()
+            for tool in assembly.placed.tools
+        ),
         instructions=_short(assembly.placed.leading or ""),
         history=tuple(history),
     )
 
 
-def _first_difference(previous: Sequence[str], current: Sequence[str]) -> int | None:
+def _first_difference(previous: tuple[str, ...], current: tuple[str, ...]) -> int | None:
     """The first index where the lists differ (``None`` when they are equal)."""
-    for index, (old, new) in enumerate(zip(previous, current, strict=False)):
-        if old != new:
-            return index
-    return None if len(previous) == len(current) else min(len(previous), len(current))
+    common = min(len(previous), len(current))
+    if previous[:common] == current[:common]:
+        return None if len(previous) == len(current) else common
+    return next(i for i in range(common) if previous[i] != current[i])
 
 
 def compare(
@@ -303,15 +307,17 @@ def report(
     previous_preparation_id: str | None,
     comparison: tuple[bool | None, FirstChange | None],
 ) -> CacheReport:
-    """``selection.cache`` of a turn."""
+    """``selection.cache`` of a turn (validated in one pydantic-core pass)."""
     prefix_kept, first_change = comparison
-    return CacheReport(
-        previous_preparation_id=previous_preparation_id,
-        prefix_kept=prefix_kept,
-        first_change=first_change,
-        cacheable_tokens=cache_plan.cacheable_tokens,
-        breakpoints=list(cache_plan.breakpoints),
-        skipped=list(cache_plan.skipped),
+    return CacheReport.model_validate(
+        {
+            "previous_preparation_id": previous_preparation_id,
+            "prefix_kept": prefix_kept,
+            "first_change": first_change,
+            "cacheable_tokens": cache_plan.cacheable_tokens,
+            "breakpoints": cache_plan.breakpoints,
+            "skipped": cache_plan.skipped,
+        }
     )
 
 

@@ -374,9 +374,9 @@ def _anthropic(
     # tool_use / tool_result blocks); https://docs.anthropic.com/en/docs/build-with-claude/tool-use
     system, start = _split_system(frame.messages)
     marked = cache.messages if cache is not None else ()
-    # Each content block with the index of the message it comes from, in prompt order: where a
+    # The last content block of each message that has one (by message index): where a
     # message's cache marker goes.
-    owned: list[tuple[int, dict[str, Any]]] = []
+    last_blocks: dict[int, dict[str, Any]] = {}
     system_blocks: list[dict[str, Any]] | None = None
     if any(index < start for index in marked):
         system_blocks = []
@@ -385,7 +385,7 @@ def _anthropic(
             if texts:
                 block = {"type": "text", "text": "\n\n".join(texts)}
                 system_blocks.append(block)
-                owned.append((index, block))
+                last_blocks[index] = block
     turns: list[tuple[str, list[dict[str, Any]]]] = []
     for index, message in enumerate(frame.messages[start:], start=start):
         if message.role in _INSTRUCTION_ROLES:
@@ -417,8 +417,8 @@ def _anthropic(
             if content:
                 result["content"] = content
             turns.append(("user", [result]))
-        if marked:
-            owned.extend((index, block) for block in turns[-1][1])
+        if marked and turns[-1][1]:
+            last_blocks[index] = turns[-1][1][-1]
     body: dict[str, Any] = {"model": model}
     if max_output_tokens is not None:
         body["max_tokens"] = max_output_tokens
@@ -441,21 +441,22 @@ def _anthropic(
             for tool in frame.tools
         ]
     if cache is not None:
-        _anthropic_markers(body, owned, cache)
+        _anthropic_markers(body, last_blocks, cache)
     return body
 
 
 def _anthropic_markers(
-    body: dict[str, Any], owned: list[tuple[int, dict[str, Any]]], cache: CacheDirectives
+    body: dict[str, Any], last_blocks: dict[int, dict[str, Any]], cache: CacheDirectives
 ) -> None:
-    """Put ``cache``'s markers on the last tool and on the last block of each marked message."""
+    """Put ``cache``'s markers on the last tool and on the last block of each marked message
+    (or of the nearest message before it that has a block)."""
     marker = {"type": "ephemeral"} if cache.ttl == "5m" else {"type": "ephemeral", "ttl": "1h"}
     if cache.tools and body.get("tools"):
         body["tools"][-1]["cache_control"] = dict(marker)
     for message in cache.messages:
-        before = [block for index, block in owned if index <= message]
-        if before:
-            before[-1]["cache_control"] = dict(marker)
+        index = next((i for i in range(message, -1, -1) if i in last_blocks), None)
+        if index is not None:
+            last_blocks[index]["cache_control"] = dict(marker)
 
 
 # --------------------------------------------------------------------------- Gemini
