@@ -331,6 +331,9 @@ class PrepareRequest(Frozen):
     the provider holds the conversation: the budget then takes ``provider_counted_tokens`` as the
     history term, and the frame carries no history messages (the provider-held state sits right
     after the leading instructions message; everything else is assembled fresh after it).
+
+    ``cache`` (``CacheOptions``) opts in to provider cache directives and to ``selection.cache``
+    (``core/cache.py``); without it the answer is what it is without the field.
     """
 
     model: StrictStr | None = Field(default=None, min_length=1, max_length=256)
