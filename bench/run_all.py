@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES = (
     "bench_select.py",
     "bench_counting.py",
+    "bench_cache.py",
     "bench_fanout.py",
     "bench_inprocess.py",
     "bench_service.py",

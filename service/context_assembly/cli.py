@@ -13,11 +13,12 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from context_assembly.core import cache
 from context_assembly.core.blocks import parse_timestamp
 from context_assembly.core.fingerprint import digest
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
-from context_assembly.engine import run_assembly, to_response
+from context_assembly.engine import cache_minimum, run_assembly, to_response
 from context_assembly.errors import InvalidError, ServiceError
 from context_assembly.tokens.registry import ModelRegistry
 from context_assembly.validation import parse_model
@@ -37,12 +38,27 @@ def assemble_bytes(raw: bytes, now: datetime) -> bytes:
         )
     setups = plan_sources(request)
     inputs = materialised_inputs(request, setups)
+    registry = ModelRegistry.load()
     assembly, ctx = run_assembly(
-        request, setups, inputs, now=now, tenant=CLI_TENANT, registry=ModelRegistry.load()
+        request, setups, inputs, now=now, tenant=CLI_TENANT, registry=registry
     )
-    # A local run has no store: its id is derived from the fingerprint, so the output is reproducible.
+    # A local run has no store: its id is derived from the fingerprint, so the output is
+    # reproducible, and there is no previous turn to compare with.
     prep_id = "prep_local_" + digest(assembly.fingerprint)[7:31]
-    response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=now + CLI_TTL)
+    turn = None
+    if request.cache is not None:
+        turn = cache.turn(
+            request,
+            assembly,
+            model=ctx.model,
+            minimum=cache_minimum(request, ctx, registry),
+            tenant=CLI_TENANT,
+            previous_preparation_id=None,
+            previous=None,
+        )
+    response = to_response(
+        request, assembly, ctx, preparation_id=prep_id, expires_at=now + CLI_TTL, cache=turn
+    )
     return response.model_dump_json().encode()
 
 

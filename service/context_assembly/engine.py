@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from context_assembly.core.assemble import Assembly, assemble
 from context_assembly.core.budget import Capacity, resolve_capacity
+from context_assembly.core.cache import CacheTurn, provider_of
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
 from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.render import render_frame
@@ -293,18 +294,32 @@ def to_response(
     preparation_id: str,
     expires_at: datetime,
     attempt: int = 1,
+    cache: CacheTurn | None = None,
 ) -> PrepareResponse:
-    """The wire response, with the frame rendered for the requested provider shape."""
+    """The wire response, with the frame rendered for the requested provider shape.
+
+    ``cache`` (``core.cache.turn``) adds its directives to the body and its report as
+    ``selection.cache`` when the request has a ``cache`` object; otherwise it changes nothing.
+    """
+    if request.cache is None:
+        cache = None
+    selection = assembly.selection
+    if cache is not None:
+        selection = selection.model_copy(update={"cache": cache.report})
     return PrepareResponse(
         preparation_id=preparation_id,
         model=ctx.model,
         layout=request.options.layout,
         render=request.render,
         frame=render_frame(
-            assembly.frame, request.render, ctx.model, ctx.profile.max_output_tokens
+            assembly.frame,
+            request.render,
+            ctx.model,
+            ctx.profile.max_output_tokens,
+            cache.directives if cache is not None else None,
         ),
         budget=assembly.budget,
-        selection=assembly.selection,
+        selection=selection,
         fingerprint=assembly.fingerprint,
         prefix_hash=assembly.prefix_hash,
         prefix_tokens=assembly.prefix_tokens,
@@ -312,6 +327,15 @@ def to_response(
         expires_at=rfc3339(expires_at),
         attempt=attempt,
     )
+
+
+def cache_minimum(
+    request: PrepareRequest, ctx: ModelContext, registry: ModelRegistry
+) -> int | None:
+    """The minimum cacheable length of the assembled model for the render target's provider
+    (``core.cache.turn``'s ``minimum``)."""
+    provider = provider_of(request.render, ctx.profile.provider)
+    return None if provider is None else registry.min_cacheable_prefix(ctx.model, provider)
 
 
 def rfc3339(moment: datetime) -> str:

@@ -57,6 +57,8 @@ def _problem(response: Any, status: int, code: str) -> dict[str, Any]:
             "contributions.0.blocks.0.priority",
         ),
         ({"history": [{"role": "wizard", "content": "x"}]}, "history.0.role"),
+        ({"cache": {"ttl": "10m"}}, "cache.ttl"),
+        ({"cache": {"previous_preparation_id": "other"}}, "cache.previous_preparation_id"),
     ],
 )
 def test_malformed_requests_name_the_field(

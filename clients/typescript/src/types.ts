@@ -94,6 +94,49 @@ export interface BudgetResponse {
   selection: SelectionReport;
 }
 
+/** A placed cache marker: `tokens` is the count of the prefix up to and including `after`. */
+export interface CacheBreakpoint {
+  after: "tools" | "instructions" | "history";
+  tokens: number;
+  ttl: "5m" | "1h";
+}
+
+/**
+ * Provider cache directives the caller opts in to, and the turn to explain this one against.
+ *
+ * `breakpoints`: for `render: "anthropic"` the body carries `cache_control` markers where
+ * `core/cache.py` plans them (`neutral` shows the plan in the manifest only; the other
+ * renderers ignore it). `ttl`: the markers' lifetime. `key`: the OpenAI
+ * `prompt_cache_key` (`openai-chat`, `openai-responses`): this string, or for `"auto"`
+ * a short hash of tenant and scope. `retention`: OpenAI's `prompt_cache_retention`.
+ *
+ * `previous_preparation_id`: absent means the previous turn is the latest preparation of the
+ * same tenant and scope; `null` means this is a first turn (`previous_given` tells the two
+ * apart); else the id of the previous turn's preparation.
+ */
+export interface CacheOptions {
+  /** @default false */
+  breakpoints?: boolean;
+  key?: string | null;
+  previous_preparation_id?: string | null;
+  retention?: "in_memory" | "24h" | null;
+  /** @default "5m" */
+  ttl?: "5m" | "1h";
+}
+
+/**
+ * `selection.cache`: the cache plan of this turn and how its prefix compares with the
+ * previous turn's (only for a request with `cache`; `core/cache.py` builds it).
+ */
+export interface CacheReport {
+  breakpoints: CacheBreakpoint[];
+  cacheable_tokens: number;
+  first_change: FirstChange | null;
+  prefix_kept: boolean | null;
+  previous_preparation_id: string | null;
+  skipped: SkippedBreakpoint[];
+}
+
 /** Blocks the host already has, carried in the request (an inline contributor). */
 export interface Contribution {
   blocks?: Block[];
@@ -113,6 +156,17 @@ export interface ContributorRef {
   /** minLength 1 */
   source: string;
   url?: string | null;
+}
+
+/**
+ * The first part of the prefix that differs from the previous turn's.
+ *
+ * `index`: the first differing history message, or tool definition (in frame order); a
+ * count past the end when one list only grew or shrank there; `None` for the other parts.
+ */
+export interface FirstChange {
+  index: number | null;
+  part: "model" | "tools" | "instructions" | "layout" | "history";
 }
 
 /** Messages in dispatch order and the tool definitions, as the host will send them. */
@@ -238,9 +292,13 @@ export interface PreparationView {
  * the provider holds the conversation: the budget then takes `provider_counted_tokens` as the
  * history term, and the frame carries no history messages (the provider-held state sits right
  * after the leading instructions message; everything else is assembled fresh after it).
+ *
+ * `cache` (`CacheOptions`) opts in to provider cache directives and to `selection.cache`
+ * (`core/cache.py`); without it the answer is what it is without the field.
  */
 export interface PrepareRequest {
   assembly?: AssemblyOptions | null;
+  cache?: CacheOptions | null;
   contributions?: Contribution[];
   contributors?: ContributorRef[];
   history?: Message[] | NativeHistory;
@@ -375,6 +433,7 @@ export interface Scope {
 
 export interface SelectionReport {
   blocks: BlockReport[];
+  cache?: CacheReport | null;
   exact: boolean;
   layout: "legacy" | "stable-prefix";
   max_data_tokens: number;
@@ -386,6 +445,11 @@ export interface SelectionReport {
   selected_data_tokens: number;
   sources: SourceReport[];
   tokenizer: "o200k_base" | "cl100k_base" | "estimate";
+}
+
+export interface SkippedBreakpoint {
+  after: "tools" | "instructions" | "history";
+  reason: "below_minimum" | "unstable_in_layout" | "limit";
 }
 
 export interface SourceReport {

@@ -1,8 +1,15 @@
 """Provider renderers: the neutral frame as an OpenAI, Anthropic or Gemini request body (SPEC §6).
 
 ``render_frame`` is a pure function of the frame: same frame, same body; the frame is never
-mutated and the body shares no mutable object with it. It sets no cache key and no
-``cache_control`` marker: the service creates no provider cache and promises no hit (SPEC §6).
+mutated and the body shares no mutable object with it. The service creates no provider cache and
+promises no hit (SPEC §6): only when a request opts in with ``cache`` does the body carry the
+directives its cache plan chose (``CacheDirectives``, planned in ``core/cache.py``):
+
+- Anthropic: ``cache_control: {"type": "ephemeral"}`` (plus ``"ttl": "1h"`` for a one-hour
+  lifetime) on the last tool definition and on the last content block of each marked message.
+  When a marked message is part of the system prompt, ``system`` is a list of text blocks, one
+  per message of the leading run, instead of one string.
+- OpenAI Chat and Responses: ``prompt_cache_key`` and ``prompt_cache_retention``.
 
 Common rules
     - Message order is kept; only the grouping of messages into turns changes where a provider
@@ -64,7 +71,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 
@@ -78,8 +86,29 @@ RAW_ARGUMENTS_KEY = "_raw_arguments"
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
 
+@dataclass(frozen=True, slots=True)
+class CacheDirectives:
+    """Provider cache directives for a body (see the module doc).
+
+    Anthropic: a marker with ``ttl`` on the last tool definition when ``tools``, and on the last
+    content block of each frame message listed in ``messages`` (by index; a message without
+    blocks marks the last block before it). OpenAI: ``key`` and ``retention`` as
+    ``prompt_cache_key`` and ``prompt_cache_retention`` when set.
+    """
+
+    ttl: Literal["5m", "1h"] = "5m"
+    tools: bool = False
+    messages: tuple[int, ...] = ()
+    key: str | None = None
+    retention: str | None = None
+
+
 def render_frame(
-    frame: Frame, target: Render, model: str, max_output_tokens: int | None
+    frame: Frame,
+    target: Render,
+    model: str,
+    max_output_tokens: int | None,
+    cache: CacheDirectives | None = None,
 ) -> dict[str, Any]:
     """Map the neutral frame to the request body of ``target`` (mapping rules in the module doc).
 
@@ -88,16 +117,17 @@ def render_frame(
     URL, so its body has no ``model``). Raises ``InvalidError`` naming the field when a tool
     message cannot be linked to its call (no ``tool_call_id`` for Responses/Anthropic, no known
     function name for Gemini) or object arguments cannot be encoded as JSON (integers beyond
-    64 bits).
+    64 bits). ``cache`` adds the directives of a cache plan; ``neutral`` and ``gemini`` carry
+    none.
     """
     if target == "neutral":
         return frame.model_dump(mode="json", exclude_none=True)
     if target == "openai-chat":
-        return _openai_chat(frame, model, max_output_tokens)
+        return _openai_cache(_openai_chat(frame, model, max_output_tokens), cache)
     if target == "openai-responses":
-        return _openai_responses(frame, model, max_output_tokens)
+        return _openai_cache(_openai_responses(frame, model, max_output_tokens), cache)
     if target == "anthropic":
-        return _anthropic(frame, model, max_output_tokens)
+        return _anthropic(frame, model, max_output_tokens, cache)
     if target == "gemini":
         return _gemini(frame, max_output_tokens)
     raise InvalidError(f"unknown render target {target!r}", field="render")
@@ -188,6 +218,14 @@ def _merge_turns(turns: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tupl
         else:
             merged.append((role, list(items)))
     return merged
+
+
+def _openai_cache(body: dict[str, Any], cache: CacheDirectives | None) -> dict[str, Any]:
+    if cache is not None and cache.key is not None:
+        body["prompt_cache_key"] = cache.key
+    if cache is not None and cache.retention is not None:
+        body["prompt_cache_retention"] = cache.retention
+    return body
 
 
 # --------------------------------------------------------------------------- OpenAI Chat
@@ -329,10 +367,25 @@ def _marked_anthropic(role: str, content: str | list[Any]) -> list[dict[str, Any
     return blocks
 
 
-def _anthropic(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+def _anthropic(
+    frame: Frame, model: str, max_output_tokens: int | None, cache: CacheDirectives | None
+) -> dict[str, Any]:
     # https://docs.anthropic.com/en/api/messages (system, alternating user/assistant turns,
     # tool_use / tool_result blocks); https://docs.anthropic.com/en/docs/build-with-claude/tool-use
     system, start = _split_system(frame.messages)
+    marked = cache.messages if cache is not None else ()
+    # The last content block of each message that has one (by message index): where a
+    # message's cache marker goes.
+    last_blocks: dict[int, dict[str, Any]] = {}
+    system_blocks: list[dict[str, Any]] | None = None
+    if any(index < start for index in marked):
+        system_blocks = []
+        for index, message in enumerate(frame.messages[:start]):
+            texts = [text for text in _texts(message) if text]
+            if texts:
+                block = {"type": "text", "text": "\n\n".join(texts)}
+                system_blocks.append(block)
+                last_blocks[index] = block
     turns: list[tuple[str, list[dict[str, Any]]]] = []
     for index, message in enumerate(frame.messages[start:], start=start):
         if message.role in _INSTRUCTION_ROLES:
@@ -364,10 +417,14 @@ def _anthropic(frame: Frame, model: str, max_output_tokens: int | None) -> dict[
             if content:
                 result["content"] = content
             turns.append(("user", [result]))
+        if marked and turns[-1][1]:
+            last_blocks[index] = turns[-1][1][-1]
     body: dict[str, Any] = {"model": model}
     if max_output_tokens is not None:
         body["max_tokens"] = max_output_tokens
-    if system is not None:
+    if system_blocks is not None:
+        body["system"] = system_blocks
+    elif system is not None:
         body["system"] = system
     body["messages"] = [{"role": role, "content": blocks} for role, blocks in _merge_turns(turns)]
     if frame.tools:
@@ -383,7 +440,23 @@ def _anthropic(frame: Frame, model: str, max_output_tokens: int | None) -> dict[
             }
             for tool in frame.tools
         ]
+    if cache is not None:
+        _anthropic_markers(body, last_blocks, cache)
     return body
+
+
+def _anthropic_markers(
+    body: dict[str, Any], last_blocks: dict[int, dict[str, Any]], cache: CacheDirectives
+) -> None:
+    """Put ``cache``'s markers on the last tool and on the last block of each marked message
+    (or of the nearest message before it that has a block)."""
+    marker = {"type": "ephemeral"} if cache.ttl == "5m" else {"type": "ephemeral", "ttl": "1h"}
+    if cache.tools and body.get("tools"):
+        body["tools"][-1]["cache_control"] = dict(marker)
+    for message in cache.messages:
+        index = next((i for i in range(message, -1, -1) if i in last_blocks), None)
+        if index is not None:
+            last_blocks[index]["cache_control"] = dict(marker)
 
 
 # --------------------------------------------------------------------------- Gemini

@@ -273,6 +273,37 @@ DEFAULT_ASSEMBLY = AssemblyOptions()
 Render = Literal["neutral", "openai-chat", "openai-responses", "anthropic", "gemini"]
 
 
+PREPARATION_ID_PATTERN: Final = r"^prep_[A-Za-z0-9_-]+$"
+
+
+class CacheOptions(Frozen):
+    """Provider cache directives the caller opts in to, and the turn to explain this one against.
+
+    ``breakpoints``: for ``render: "anthropic"`` the body carries ``cache_control`` markers where
+    ``core/cache.py`` plans them (``neutral`` shows the plan in the manifest only; the other
+    renderers ignore it). ``ttl``: the markers' lifetime. ``key``: the OpenAI
+    ``prompt_cache_key`` (``openai-chat``, ``openai-responses``): this string, or for ``"auto"``
+    a short hash of tenant and scope. ``retention``: OpenAI's ``prompt_cache_retention``.
+
+    ``previous_preparation_id``: absent means the previous turn is the latest preparation of the
+    same tenant and scope; ``null`` means this is a first turn (``previous_given`` tells the two
+    apart); else the id of the previous turn's preparation.
+    """
+
+    breakpoints: StrictBool = False
+    ttl: Literal["5m", "1h"] = "5m"
+    key: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+    retention: Literal["in_memory", "24h"] | None = None
+    previous_preparation_id: StrictStr | None = Field(
+        default=None, max_length=128, pattern=PREPARATION_ID_PATTERN
+    )
+
+    @property
+    def previous_given(self) -> bool:
+        """Whether the request names its previous turn (an id, or ``null`` for a first turn)."""
+        return "previous_preparation_id" in self.model_fields_set
+
+
 def _field_error(field: str, message: str) -> ValidationError:
     """A request-level rule reported at the field it concerns (``loc`` names the field)."""
     return ValidationError.from_exception_data(
@@ -300,6 +331,9 @@ class PrepareRequest(Frozen):
     the provider holds the conversation: the budget then takes ``provider_counted_tokens`` as the
     history term, and the frame carries no history messages (the provider-held state sits right
     after the leading instructions message; everything else is assembled fresh after it).
+
+    ``cache`` (``CacheOptions``) opts in to provider cache directives and to ``selection.cache``
+    (``core/cache.py``); without it the answer is what it is without the field.
     """
 
     model: StrictStr | None = Field(default=None, min_length=1, max_length=256)
@@ -320,6 +354,8 @@ class PrepareRequest(Frozen):
     scope: Scope = Field(default_factory=Scope)
     timezone: StrictStr = "UTC"
     render: Render = "neutral"
+    # Left out of dumps when absent, so that the hashes of a request without it stay as they were.
+    cache: CacheOptions | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("history", mode="wrap")
     @classmethod

@@ -3,9 +3,10 @@
 The manifest is detached metadata: ids, statuses, reasons and token counts; never block bodies
 and never raw revision values.
 
-Fields added for managed routing and native history (``budget.provider_counted_tokens``,
-``selection.native_history``, ``selection.routing``) are left out of the JSON when unused, so a
-single-model request with a message-list history answers byte for byte as before.
+Fields added for managed routing, native history and cache plans
+(``budget.provider_counted_tokens``, ``selection.native_history``, ``selection.routing``,
+``selection.cache``) are left out of the JSON when unused, so a single-model request with a
+message-list history and no ``cache`` answers byte for byte as before.
 """
 
 from __future__ import annotations
@@ -141,6 +142,48 @@ class SourceReport(Frozen):
     block_count: int
 
 
+CachePart = Literal["model", "tools", "instructions", "layout", "history"]
+BreakpointAfter = Literal["tools", "instructions", "history"]
+CacheTtl = Literal["5m", "1h"]
+SkipReason = Literal["below_minimum", "unstable_in_layout", "limit"]
+
+
+class FirstChange(Frozen):
+    """The first part of the prefix that differs from the previous turn's.
+
+    ``index``: the first differing history message, or tool definition (in frame order); a
+    count past the end when one list only grew or shrank there; ``None`` for the other parts.
+    """
+
+    part: CachePart
+    index: int | None
+
+
+class CacheBreakpoint(Frozen):
+    """A placed cache marker: ``tokens`` is the count of the prefix up to and including ``after``."""
+
+    after: BreakpointAfter
+    tokens: int
+    ttl: CacheTtl
+
+
+class SkippedBreakpoint(Frozen):
+    after: BreakpointAfter
+    reason: SkipReason
+
+
+class CacheReport(Frozen):
+    """``selection.cache``: the cache plan of this turn and how its prefix compares with the
+    previous turn's (only for a request with ``cache``; ``core/cache.py`` builds it)."""
+
+    previous_preparation_id: str | None
+    prefix_kept: bool | None
+    first_change: FirstChange | None
+    cacheable_tokens: int
+    breakpoints: list[CacheBreakpoint]
+    skipped: list[SkippedBreakpoint]
+
+
 class SelectionReport(Frozen):
     blocks: list[BlockReport]
     sources: list[SourceReport]
@@ -153,6 +196,7 @@ class SelectionReport(Frozen):
     opaque_or_multimodal: bool
     native_history: bool = Field(default=False, exclude_if=_unset)
     routing: RoutingReport | None = Field(default=None, exclude_if=_unset)
+    cache: CacheReport | None = Field(default=None, exclude_if=_unset)
 
 
 class PrepareResponse(Frozen):

@@ -185,6 +185,23 @@ class ModelRegistry:
                 return profile
         return None
 
+    def min_cacheable_prefix(self, model: str, provider: Provider) -> int | None:
+        """The minimum cacheable prompt length for ``model`` when sent to ``provider``.
+
+        A known model has its own figure (``None``: the provider caches nothing for it). For a
+        model the registry does not know, the largest minimum of that provider's known models:
+        a cache marker is then never claimed below a real minimum.
+        """
+        found = self.lookup(model)
+        if found is not None:
+            return found.min_cacheable_prefix
+        minimums = [
+            p.min_cacheable_prefix
+            for p in self._profiles
+            if p.provider == provider and p.min_cacheable_prefix is not None
+        ]
+        return max(minimums, default=None)
+
     def all(self) -> list[ModelProfile]:
         """Every model family, in data-file order."""
         return list(self._profiles)

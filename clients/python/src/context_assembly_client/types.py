@@ -32,9 +32,13 @@ __all__ = [
     "BlockReport",
     "BudgetReport",
     "BudgetResponse",
+    "CacheBreakpoint",
+    "CacheOptions",
+    "CacheReport",
     "CallKind",
     "Contribution",
     "ContributorRef",
+    "FirstChange",
     "Frame",
     "Health",
     "HistoryPolicy",
@@ -58,6 +62,7 @@ __all__ = [
     "RoutingReport",
     "Scope",
     "SelectionReport",
+    "SkippedBreakpoint",
     "SourceReport",
     "TextPart",
     "Tool",
@@ -254,6 +259,20 @@ class Routing(RequestModel):
     policy: Literal["first_fit"] = "first_fit"
 
 
+class CacheOptions(RequestModel):
+    """Provider cache directives a request opts in to, and the turn to explain it against.
+
+    ``previous_preparation_id``: leave it unset for the latest preparation of the same tenant
+    and scope, set it to ``None`` for a first turn, or to the previous turn's id.
+    """
+
+    breakpoints: bool = False
+    ttl: Literal["5m", "1h"] = "5m"
+    key: str | None = None
+    retention: Literal["in_memory", "24h"] | None = None
+    previous_preparation_id: str | None = None
+
+
 class PrepareRequest(RequestModel):
     """The body of ``prepare``, ``budget`` and ``refresh`` (SPEC §3.1).
 
@@ -279,6 +298,7 @@ class PrepareRequest(RequestModel):
     scope: Scope = Field(default_factory=Scope)
     timezone: str = "UTC"
     render: Render = "neutral"
+    cache: CacheOptions | None = None
 
 
 class ValidateRequest(RequestModel):
@@ -391,6 +411,35 @@ class RoutingReport(ResponseModel):
     candidates: list[RoutingCandidate]
 
 
+class FirstChange(ResponseModel):
+    """The first part of the prefix that differs from the previous turn's."""
+
+    part: Literal["model", "tools", "instructions", "layout", "history"]
+    index: int | None
+
+
+class CacheBreakpoint(ResponseModel):
+    after: Literal["tools", "instructions", "history"]
+    tokens: int
+    ttl: Literal["5m", "1h"]
+
+
+class SkippedBreakpoint(ResponseModel):
+    after: Literal["tools", "instructions", "history"]
+    reason: Literal["below_minimum", "unstable_in_layout", "limit"]
+
+
+class CacheReport(ResponseModel):
+    """``selection.cache``: the turn's cache plan and its prefix against the previous turn's."""
+
+    previous_preparation_id: str | None
+    prefix_kept: bool | None
+    first_change: FirstChange | None
+    cacheable_tokens: int
+    breakpoints: list[CacheBreakpoint]
+    skipped: list[SkippedBreakpoint]
+
+
 class SelectionReport(ResponseModel):
     """The manifest: every block's decision, every source's outcome, and the totals."""
 
@@ -405,6 +454,7 @@ class SelectionReport(ResponseModel):
     opaque_or_multimodal: bool
     native_history: bool = False
     routing: RoutingReport | None = None
+    cache: CacheReport | None = None
 
 
 class PrepareResponse(ResponseModel):

@@ -1,0 +1,419 @@
+"""Cache plans: where provider cache directives go, and how a turn's prefix compares with the
+previous turn's. Pure: figures and hashes in, plan and report out.
+
+The service creates no cache, calls no provider and promises no hit. With a request's ``cache``
+object it only says where a provider may cache (``plan``) and explains each turn against the one
+before (``compare``); without it nothing here runs.
+
+Breakpoints (``render: "anthropic"``; ``neutral`` shows the plan in the manifest only)
+    Anthropic reads a prompt as tools, then system, then messages, and caches nothing without a
+    ``cache_control`` marker. The candidates, in that order:
+
+    - ``tools``: after the last tool definition (when there are tools);
+    - ``instructions``: after the leading system content (when there is any);
+    - ``history``: after the last message of the stable prefix, the last history message (when
+      history messages are sent).
+
+    Each is placed only where the tokens up to it reach the model's minimum cacheable length
+    (``below_minimum`` otherwise; a model the provider caches nothing for has no minimum and
+    places none), at most ``MAX_BREAKPOINTS`` (``limit``). In the ``legacy`` layout the leading
+    system message carries the date line and the plugin views, which change from turn to turn,
+    so only the tools marker can be stable: the other two are skipped as
+    ``unstable_in_layout``. The token figures are the budget's (tools, and the frame's
+    ``prefix_tokens``), counted with the request's tokenizer. ``cacheable_tokens`` is the figure
+    of the last placed marker (0 when none is placed).
+
+OpenAI (``openai-chat``, ``openai-responses``)
+    OpenAI caches a prompt's prefix by itself; the body gets ``prompt_cache_key`` (the request's
+    string, or for ``"auto"`` a short hash of tenant and scope: never the scope's values) and
+    ``prompt_cache_retention`` when given. ``cacheable_tokens`` follows the provider rule over
+    the stable prefix: from the model's minimum (1,024) up, in steps of 128 tokens. In
+    ``legacy`` the leading message changes every turn, so it is 0. ``breakpoints`` is ignored.
+
+``gemini`` ignores ``cache``'s directives; its ``cacheable_tokens`` is 0.
+
+Digests (``PrefixDigests``): short hashes of each part of a turn's prefix, kept in the record
+instead of any text: model and render target, layout, each tool definition (frame order), the
+leading system content, and each history message sent. ``compare`` names the first part that
+differs, in the order model, layout, tools, instructions, history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, Literal
+
+import orjson
+
+from context_assembly.core.assemble import Assembly
+from context_assembly.core.fingerprint import digest
+from context_assembly.core.render import CacheDirectives
+from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Render, Scope
+from context_assembly.core.result import (
+    BreakpointAfter,
+    CacheReport,
+    CacheTtl,
+    FirstChange,
+    SkipReason,
+)
+
+Provider = Literal["openai", "anthropic", "google"]
+
+MAX_BREAKPOINTS: Final = 4
+"""Anthropic accepts at most four ``cache_control`` markers in one request."""
+
+OPENAI_CACHE_STEP: Final = 128
+"""OpenAI caches prefixes from the model's minimum up in steps of this many tokens."""
+
+# How long a provider keeps a cached prefix after its last use. OpenAI keeps in-memory
+# prefixes five to ten minutes idle: the lower bound is taken.
+ANTHROPIC_LIFETIME: Final[Mapping[CacheTtl, timedelta]] = {
+    "5m": timedelta(minutes=5),
+    "1h": timedelta(hours=1),
+}
+OPENAI_IN_MEMORY_LIFETIME: Final = timedelta(minutes=5)
+OPENAI_EXTENDED_LIFETIME: Final = timedelta(hours=24)
+
+_OPENAI: Final = frozenset({"openai-chat", "openai-responses"})
+_MARKED: Final = frozenset({"anthropic", "neutral"})
+DEFAULT_CACHE: Final = CacheOptions()
+_PROVIDERS: Final[Mapping[str, Provider]] = {p: p for p in ("openai", "anthropic", "google")}
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True, slots=True)
+class CachePlan:
+    """A turn's plan; ``breakpoints`` and ``skipped`` in the wire form of ``CacheReport``'s."""
+
+    breakpoints: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, Any], ...]
+    cacheable_tokens: int
+    directives: CacheDirectives
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A place a marker may go: ``tokens`` up to and including it, ``message`` the frame index
+    of the message it ends (``None`` for the tools marker)."""
+
+    after: BreakpointAfter
+    tokens: int
+    message: int | None
+
+
+def candidates(assembly: Assembly) -> list[Candidate]:
+    """The marker candidates of an assembled frame, in prompt order (see the module doc)."""
+    placed = assembly.placed
+    budget = assembly.budget
+    found: list[Candidate] = []
+    if placed.tools:
+        found.append(Candidate("tools", budget.tools_tokens, None))
+    # The prefix is the leading message plus the history sent (none when it is native).
+    history_tokens = budget.history_tokens if assembly.history else 0
+    if placed.leading:
+        found.append(Candidate("instructions", assembly.prefix_tokens - history_tokens, 0))
+    if assembly.history:
+        found.append(Candidate("history", assembly.prefix_tokens, placed.prefix_len - 1))
+    return found
+
+
+def plan_breakpoints(
+    found: Sequence[Candidate], *, legacy: bool, minimum: int | None
+) -> tuple[list[Candidate], list[tuple[Candidate, SkipReason]]]:
+    """The candidates that get a marker, and the others with the reason they do not."""
+    placed: list[Candidate] = []
+    skipped: list[tuple[Candidate, SkipReason]] = []
+    for candidate in found:
+        reason: SkipReason | None = None
+        if legacy and candidate.after != "tools":
+            reason = "unstable_in_layout"
+        elif minimum is None or candidate.tokens < minimum:
+            reason = "below_minimum"
+        elif len(placed) >= MAX_BREAKPOINTS:
+            reason = "limit"
+        if reason is None:
+            placed.append(candidate)
+        else:
+            skipped.append((candidate, reason))
+    return placed, skipped
+
+
+def openai_cacheable(tokens: int, minimum: int | None) -> int:
+    """The part of a ``tokens``-long stable prefix OpenAI caches: from ``minimum`` up, in
+    ``OPENAI_CACHE_STEP`` steps; 0 below the minimum or when the model caches nothing."""
+    if minimum is None or tokens < minimum:
+        return 0
+    return minimum + (tokens - minimum) // OPENAI_CACHE_STEP * OPENAI_CACHE_STEP
+
+
+def prompt_cache_key(key: str, tenant: str, scope: Scope) -> str:
+    """The ``prompt_cache_key`` for a request's ``cache.key``: the string as given, or for
+    ``"auto"`` a short hash of tenant and scope (the same for every turn of one scope)."""
+    if key != "auto":
+        return key
+    raw = orjson.dumps([tenant, scope.model_dump(mode="json")], option=orjson.OPT_SORT_KEYS)
+    return "ca-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def plan(
+    options: CacheOptions,
+    assembly: Assembly,
+    *,
+    render: Render,
+    legacy: bool,
+    minimum: int | None,
+    tenant: str,
+    scope: Scope,
+) -> CachePlan:
+    """The cache plan of one assembled turn for ``render`` (rules in the module doc).
+
+    ``minimum`` is the model's minimum cacheable length for the target provider
+    (``ModelRegistry.min_cacheable_prefix``); ``None`` when the provider caches nothing for it.
+    """
+    if render in _OPENAI:
+        key = prompt_cache_key(options.key, tenant, scope) if options.key is not None else None
+        cacheable = 0 if legacy else openai_cacheable(assembly.prefix_tokens, minimum)
+        return CachePlan((), (), cacheable, CacheDirectives(key=key, retention=options.retention))
+    if render not in _MARKED or not options.breakpoints:
+        return CachePlan((), (), 0, CacheDirectives())
+    placed, skipped = plan_breakpoints(candidates(assembly), legacy=legacy, minimum=minimum)
+    breakpoints = tuple({"after": c.after, "tokens": c.tokens, "ttl": options.ttl} for c in placed)
+    directives = CacheDirectives()
+    if render == "anthropic":
+        directives = CacheDirectives(
+            ttl=options.ttl,
+            tools=any(c.message is None for c in placed),
+            messages=tuple(c.message for c in placed if c.message is not None),
+        )
+    cacheable = placed[-1].tokens if placed else 0
+    reasons = tuple({"after": c.after, "reason": reason} for c, reason in skipped)
+    return CachePlan(breakpoints, reasons, cacheable, directives)
+
+
+# --------------------------------------------------------------------------- digests
+
+
+def _short(value: Any) -> str:
+    """A short hash of ``value``'s canonical JSON (64 bits: enough to tell two turns apart)."""
+    return hashlib.blake2b(
+        orjson.dumps(value, option=orjson.OPT_SORT_KEYS), digest_size=8
+    ).hexdigest()
+
+
+def message_digests(messages: Sequence[Message]) -> list[str]:
+    """One digest per message, the same as a record's ``history_hashes``."""
+    return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixDigests:
+    """Hashes of the parts of a turn's prefix (no text): what a record keeps for ``compare``."""
+
+    model: str
+    layout: str
+    tools: tuple[str, ...]
+    instructions: str
+    history: tuple[str, ...]
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "layout": self.layout,
+            "tools": list(self.tools),
+            "instructions": self.instructions,
+            "history": list(self.history),
+        }
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> PrefixDigests:
+        return cls(
+            model=data["model"],
+            layout=data["layout"],
+            tools=tuple(data["tools"]),
+            instructions=data["instructions"],
+            history=tuple(data["history"]),
+        )
+
+
+def prefix_digests(
+    assembly: Assembly,
+    *,
+    model: str,
+    render: Render,
+    layout: str,
+    history_digests: Sequence[str] | None = None,
+) -> PrefixDigests:
+    """The digests of ``assembly``'s prefix.
+
+    A tool is hashed as its JSON in field order (one serialiser call, no sorting): a digest is
+    only ever compared with one made the same way.
+    ``history_digests``: the digests of the history messages sent (``message_digests`` of
+    ``assembly.history``), when the caller has them already; a record's ``history_hashes``
+    without the ``budget.history_dropped_messages`` first ones are those.
+    """
+    history = message_digests(assembly.history) if history_digests is None else history_digests
+    return PrefixDigests(
+        model=_short([model, render]),
+        layout=_short(layout),
+        tools=tuple(
+            hashlib.blake2b(tool.__pydantic_serializer__.to_json(tool), digest_size=8).hexdigest()
+            for tool in assembly.placed.tools
+        ),
+        instructions=_short(assembly.placed.leading or ""),
+        history=tuple(history),
+    )
+
+
+def _first_difference(previous: tuple[str, ...], current: tuple[str, ...]) -> int | None:
+    """The first index where the lists differ (``None`` when they are equal)."""
+    common = min(len(previous), len(current))
+    if previous[:common] == current[:common]:
+        return None if len(previous) == len(current) else common
+    return next(i for i in range(common) if previous[i] != current[i])
+
+
+def compare(
+    previous: PrefixDigests | None, current: PrefixDigests
+) -> tuple[bool | None, FirstChange | None]:
+    """``(prefix_kept, first_change)``: whether the previous turn's prefix starts this one and,
+    when not, the first part that differs. ``(None, None)`` without a previous turn.
+
+    The history may grow (the previous history followed by new messages keeps the prefix);
+    every other part must be equal.
+    """
+    if previous is None:
+        return None, None
+    for part in ("model", "layout"):
+        if getattr(previous, part) != getattr(current, part):
+            return False, FirstChange(part=part, index=None)
+    tools = _first_difference(previous.tools, current.tools)
+    if tools is not None:
+        return False, FirstChange(part="tools", index=tools)
+    if previous.instructions != current.instructions:
+        return False, FirstChange(part="instructions", index=None)
+    history = _first_difference(previous.history, current.history)
+    if history is not None and history < len(previous.history):
+        return False, FirstChange(part="history", index=history)
+    return True, None
+
+
+def report(
+    cache_plan: CachePlan,
+    previous_preparation_id: str | None,
+    comparison: tuple[bool | None, FirstChange | None],
+) -> CacheReport:
+    """``selection.cache`` of a turn (validated in one pydantic-core pass)."""
+    prefix_kept, first_change = comparison
+    return CacheReport.model_validate(
+        {
+            "previous_preparation_id": previous_preparation_id,
+            "prefix_kept": prefix_kept,
+            "first_change": first_change,
+            "cacheable_tokens": cache_plan.cacheable_tokens,
+            "breakpoints": cache_plan.breakpoints,
+            "skipped": cache_plan.skipped,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- one turn
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTurn:
+    """What a request's ``cache`` gives one turn: the body's directives, ``selection.cache``,
+    and the digests of its prefix (to keep in the record for the next turn)."""
+
+    directives: CacheDirectives
+    report: CacheReport
+    digests: PrefixDigests
+
+
+def provider_of(render: Render, model_provider: str) -> Provider | None:
+    """The provider whose cache rules apply: the render target's, else the model's."""
+    if render == "anthropic":
+        return "anthropic"
+    if render in _OPENAI:
+        return "openai"
+    return _PROVIDERS.get(model_provider)
+
+
+def turn(
+    request: PrepareRequest,
+    assembly: Assembly,
+    *,
+    model: str,
+    minimum: int | None,
+    tenant: str,
+    previous_preparation_id: str | None,
+    previous: PrefixDigests | None,
+    history_digests: Sequence[str] | None = None,
+) -> CacheTurn:
+    """The cache handling of one assembled turn of ``request``.
+
+    A request without ``cache`` is planned with the defaults (no breakpoints, no key), so that
+    its record can keep the digests and figures too; its answer carries none of it
+    (``engine.to_response``). ``model`` is the model assembled for (the routed one) and
+    ``minimum`` its minimum cacheable length for the provider of the render target
+    (``engine.cache_minimum``). ``previous`` are the digests the previous turn's record kept
+    (``None``: a first turn, or a record without them); ``history_digests`` as for
+    ``prefix_digests``.
+    """
+    cache_plan = plan(
+        request.cache if request.cache is not None else DEFAULT_CACHE,
+        assembly,
+        render=request.render,
+        legacy=request.options.layout == "legacy",
+        minimum=minimum,
+        tenant=tenant,
+        scope=request.scope,
+    )
+    digests = prefix_digests(
+        assembly,
+        model=model,
+        render=request.render,
+        layout=request.options.layout,
+        history_digests=history_digests,
+    )
+    return CacheTurn(
+        cache_plan.directives,
+        report(cache_plan, previous_preparation_id, compare(previous, digests)),
+        digests,
+    )
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def cache_lifetime(render: Render, options: CacheOptions) -> timedelta | None:
+    """How long the provider keeps a cached prefix after its last use (``None``: no cache the
+    service models, as for ``gemini``)."""
+    if render in _OPENAI:
+        return OPENAI_EXTENDED_LIFETIME if options.retention == "24h" else OPENAI_IN_MEMORY_LIFETIME
+    if render in _MARKED:
+        return ANTHROPIC_LIFETIME[options.ttl]
+    return None
+
+
+def expected_cached_tokens(
+    *,
+    prefix_kept: bool | None,
+    cacheable_tokens: int,
+    previous_cacheable_tokens: int,
+    since_previous: timedelta,
+    lifetime: timedelta | None,
+) -> int:
+    """The cached input tokens a provider can be expected to report for this turn's call.
+
+    What this turn can read from a cache is what the previous turn wrote: the smaller of the two
+    turns' ``cacheable_tokens`` when the previous prefix was kept and the previous turn is at most
+    ``lifetime`` old (``since_previous``), else 0.
+    """
+    if not prefix_kept or lifetime is None or since_previous > lifetime:
+        return 0
+    return min(cacheable_tokens, previous_cacheable_tokens)
