@@ -35,7 +35,6 @@ from datetime import UTC, datetime, timedelta
 from operator import attrgetter
 from typing import Any, Final
 
-import httpx
 import orjson
 from pydantic import TypeAdapter
 
@@ -49,6 +48,7 @@ from context_assembly.contributors.calls import (
     query_revision,
     raise_for_failures,
 )
+from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.blocks import check_source_blocks, parse_timestamp
@@ -405,7 +405,7 @@ class Preparations:
         self,
         settings: Settings,
         store: Store,
-        client: httpx.AsyncClient,
+        client: ContributorClient,
         registry: ModelRegistry,
         *,
         resolver: Resolver | None = None,
@@ -552,7 +552,7 @@ class Preparations:
                 ),
                 fail_fast=True,
             )
-            registered = call(targets, while_waiting=while_waiting)
+            registered = call(targets)
             if inline:
                 # Each inline URL's lookup runs beside the others and the registered calls.
                 called = await _first_error_cancels(
