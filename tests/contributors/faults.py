@@ -9,6 +9,12 @@ Each server has one behaviour, modelled on Toxiproxy's toxics:
 ``reset``         read the request, then abort the connection with a TCP RST
 ``oversize``      stream ``size`` bytes, chunked, or with an honest ``Content-Length`` (``declare``)
 ``redirect``      answer ``302`` with ``Location: <location>``
+``long_header``   send the status line, then one header line of ``size`` bytes that never ends
+``two_answers``   answer the first request with two responses in one write (the second says
+                  revision ``extra``); later requests on any connection get ``body``
+``informational`` send ``100 Continue`` and ``103 Early Hints`` before the answer
+``unframed``      answer ``body`` without ``Content-Length``: chunked (``declare=True``) or
+                  delimited by the close of the connection
 
 Events let tests wait without sleeping: ``request_seen`` (a request was read), ``answered`` (the
 server finished an ``ok`` answer, even a late one), ``peer_closed`` (the client closed the
@@ -42,7 +48,18 @@ SLACK = 2.0
 closed connection), not how fast a loaded machine schedules it; the timing is bench_service's."""
 
 Behaviour = Literal[
-    "ok", "hang", "drip", "slow_headers", "reset", "oversize", "redirect", "invalid_json"
+    "ok",
+    "hang",
+    "drip",
+    "slow_headers",
+    "reset",
+    "oversize",
+    "redirect",
+    "invalid_json",
+    "long_header",
+    "two_answers",
+    "informational",
+    "unframed",
 ]
 
 OK_BODY = b'{"revision":"r1","blocks":[{"id":"a","text":"hello","priority":5}]}'
@@ -180,6 +197,35 @@ class FaultServer:
             finally:
                 self.answered.set()
             return True
+        if b == "long_header":
+            await self._write(writer, b"HTTP/1.1 200 OK\r\nx-long: ")
+            await self._stream(reader, writer, self.size)
+            return False
+        if b == "two_answers":
+            first = self.answered.is_set()
+            extra = b'{"revision":"extra","blocks":[]}'
+            reply = self._ok_head(len(self.body)) + self.body
+            if not first:
+                reply += self._ok_head(len(extra)) + extra
+            self.answered.set()
+            await self._write(writer, reply)
+            return True
+        if b == "informational":
+            early = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n"
+            await self._write(writer, early + self._ok_head(len(self.body)) + self.body)
+            return True
+        if b == "unframed":
+            framing = "transfer-encoding: chunked\r\n" if self.declare else "connection: close\r\n"
+            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\n"
+            await self._write(writer, head.encode())
+            await self._stream(reader, writer, len(self.body), chunked=self.declare)
+            with contextlib.suppress(ConnectionError):
+                if self.declare:
+                    await self._write(writer, b"0\r\n\r\n")
+                else:
+                    writer.write_eof()  # the end of the body
+                await asyncio.wait_for(self._until_closed(reader), timeout=5.0)
+            return False
         if b == "redirect":
             found = f"HTTP/1.1 302 Found\r\nlocation: {self.location}\r\ncontent-length: 0\r\n\r\n"
             await self._write(writer, found.encode())
@@ -226,6 +272,34 @@ class FaultServer:
                 closed.cancel()
             return False
         raise AssertionError(f"unknown behaviour {b}")
+
+    def _ok_head(self, length: int) -> bytes:
+        return (
+            f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+        ).encode()
+
+    async def _stream(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        size: int,
+        chunked: bool = False,
+    ) -> None:
+        """Write ``size`` bytes (of ``body``, or ``a``s when ``body`` is shorter) in 64 KiB
+        pieces, each a chunk if ``chunked``, until done or the client closes."""
+        source = self.body if len(self.body) >= size else b"a" * 65536
+        closed = asyncio.ensure_future(self._until_closed(reader))
+        sent = 0
+        try:
+            while sent < size and not closed.done():
+                piece = source[sent : sent + 65536] if source is self.body else source
+                piece = piece[: size - sent]
+                with contextlib.suppress(ConnectionError):
+                    framed = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+                    await self._write(writer, framed)
+                sent += len(piece)
+        finally:
+            closed.cancel()
 
     async def _trickle(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, pieces: Iterable[bytes]
