@@ -130,7 +130,9 @@ def test_fuzz_openapi_405_names_the_allowed_methods(tmp_path: Path) -> None:
     """A method a path does not serve answers 405 with an ``Allow`` header listing the ones it
     does, for every path of the document."""
     document = schema.raw_schema
-    with TestClient(create_app(_settings(tmp_path, "http://127.0.0.1:9/hook")), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(_settings(tmp_path, "http://127.0.0.1:9/hook")), raise_server_exceptions=False
+    ) as client:
         for path, operations in document["paths"].items():
             concrete = path.replace("{preparation_id}", "prep_x")
             response = client.request(
