@@ -317,11 +317,16 @@ class FaultServer:
             closed.cancel()
 
 
+_HELD: list[socket.socket] = []
+
+
 def closed_port() -> int:
-    """A loopback port with nothing listening (connections are refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port with nothing listening (connections are refused). The port stays bound,
+    never listening, for the rest of the test run, so that no other server can take it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    port: int = sock.getsockname()[1]
     return port
 
 
