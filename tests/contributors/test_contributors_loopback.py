@@ -300,3 +300,20 @@ async def test_a_failing_check_fails_the_fan_out_and_closes_the_connections(
         with pytest.raises(RuntimeError, match="boom"):
             await contribute_all(client, targets, fields, started + 30.0, CAP, check=fail)
         await asyncio.wait_for(asyncio.gather(*(h.peer_closed.wait() for h in hooks)), 5.0)
+
+
+async def test_fail_fast_ends_the_fan_out_at_the_first_hard_failure(
+    client: ContributorClient, fields: PacketFields
+) -> None:
+    """With ``fail_fast``, a ``fail``-policy contributor answering 500 fails the fan-out at once,
+    naming it, instead of waiting for a hung ``omit`` contributor's far deadline; the hung call
+    is cancelled and its connection closed."""
+    async with FaultServer(status=500) as broken, FaultServer("hang") as hung:
+        targets = [registered(broken, "broken"), registered(hung, "slow", failure_policy="omit")]
+        started = time.monotonic()
+        call = contribute_all(client, targets, fields, started + 60.0, CAP, fail_fast=True)
+        with pytest.raises(ContributorFailedError) as info:
+            await asyncio.wait_for(call, timeout=30.0)
+        await asyncio.wait_for(hung.peer_closed.wait(), timeout=5.0)
+    assert info.value.extensions["source"] == "broken"
+    assert [c["source"] for c in info.value.extensions["contributors"]] == ["broken"]

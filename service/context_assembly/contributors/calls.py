@@ -441,27 +441,35 @@ async def contribute_all(
         "scope": packet_fields.scope.model_dump(mode="json"),
     }
 
+    settled: list[ContributorOutcome] = []  # in the order the calls end
+    # Set when a ``fail``-policy call fails other than by the deadline (with ``fail_fast``).
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
     async def call(target: ContributorTarget) -> ContributorOutcome:
         outcome = await _contribute_one(
             client, target, common, packet_fields, deadline_monotonic, max_response_bytes, clock
         )
-        return check(outcome) if check is not None else outcome
+        if check is not None:
+            outcome = check(outcome)
+        settled.append(outcome)
+        if fail_fast and _ends_fan_out(outcome, target) and not ended.done():
+            ended.set_result(None)
+        return outcome
 
     tasks = [asyncio.ensure_future(call(t)) for t in targets]
+    every = asyncio.gather(*tasks)
     try:
-        index: dict[asyncio.Future[ContributorOutcome], int] = {t: i for i, t in enumerate(tasks)}
-        pending: set[asyncio.Future[ContributorOutcome]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                outcome = task.result()  # a check that raised fails the fan-out with it
-                if fail_fast and _ends_fan_out(outcome, targets[index[task]]):
-                    settled = [t.result() for t in tasks if t.done() and not t.cancelled()]
-                    raise_for_failures(settled, targets)
-        return [task.result() for task in tasks]
+        await asyncio.wait((every, ended), return_when=asyncio.FIRST_COMPLETED)
+        if not every.done():
+            raise_for_failures(settled, targets)  # a fail-policy call failed: this raises
+        return every.result()  # a check that raised fails the fan-out with it
     finally:
         for task in tasks:
             task.cancel()
+        if not every.done():
+            every.cancel()
+        elif not every.cancelled():
+            every.exception()  # retrieved: raised above, or dropped with the fan-out
 
 
 def _ends_fan_out(outcome: ContributorOutcome, target: ContributorTarget) -> bool:
