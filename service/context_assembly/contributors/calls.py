@@ -7,8 +7,8 @@ cancelled, its connection closed, and its outcome settled as ``timeout``; an out
 is never replaced, so an answer that arrives later has nothing left to change. The calls go
 through :class:`~.client.ContributorClient` (aiohttp; pinning, caps and pool rules are there).
 
-Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (deadline or a transport
-timeout); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
+Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (the deadline, or a ``504``
+from the contributor); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
 ``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
 ``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
 time left to send). A ``cause`` says what happened without quoting the body.
@@ -186,8 +186,6 @@ def _classify(exc: BaseException) -> tuple[Status, str]:
         return "error", "TLS error"
     if has(aiohttp.ClientConnectorDNSError, socket.gaierror):
         return "error", "name resolution failed"
-    if has(aiohttp.ServerTimeoutError):
-        return "timeout", "transport timeout"
     if has(ConnectionResetError):
         return "error", "connection reset"
     if has(aiohttp.ServerDisconnectedError):
