@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -88,6 +89,7 @@ class FaultServer:
     size: int = 10 * 1024 * 1024
     declare: bool = False
     location: str = "http://10.0.0.1/"
+    tls: ssl.SSLContext | None = None
     requests: list[Recorded] = field(default_factory=list)
     connections: int = 0
     bytes_sent: int = 0
@@ -107,7 +109,7 @@ class FaultServer:
         return f"http://127.0.0.1:{self.port}/contribute"
 
     async def __aenter__(self) -> FaultServer:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

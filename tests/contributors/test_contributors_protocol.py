@@ -3,16 +3,20 @@
 Each case is a reviewed defect of an earlier client: an endless header line must be cut at the
 head cap, a second response in the same read must not be taken for the answer to a later
 request, informational responses before the answer are not failures, idle connections are
-released.
+released, and TLS is verified against the URL's host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 
+import pytest
+import trustme
 from faults import FaultServer, fan_out, registered
 
-from context_assembly.contributors import ContributorClient, PacketFields
+from context_assembly.contributors import ContributorClient, ContributorTarget, PacketFields
+from context_assembly.contributors.ssrf import CheckedTarget
 
 MIB = 1024 * 1024
 
@@ -70,3 +74,27 @@ async def test_idle_connections_to_endpoints_that_are_gone_are_released(
         finally:
             for hook in hooks:
                 await hook.__aexit__(None, None, None)
+
+
+@pytest.mark.parametrize(("host", "status"), [("contributor.test", "ok"), ("wrong.test", "error")])
+async def test_tls_checks_the_certificate_against_the_url_host(
+    fields: PacketFields, host: str, status: str
+) -> None:
+    """An inline HTTPS URL pinned to 127.0.0.1 is verified against its host name, not the
+    address dialled: a certificate for ``contributor.test`` serves that name only."""
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("contributor.test").configure_cert(server_tls)
+    client_tls = ssl.create_default_context()
+    ca.configure_trust(client_tls)
+    async with (
+        ContributorClient(ssl_context=client_tls) as client,
+        FaultServer(tls=server_tls) as server,
+    ):
+        url = f"https://{host}:{server.port}/contribute"
+        pin = CheckedTarget(url, "https", host, server.port, ("127.0.0.1",))
+        target = ContributorTarget(source="memory", url=url, kind="inline", checked=pin)
+        outcomes, _ = await fan_out(client, fields, [target], timeout=10.0)
+    assert outcomes[0].status == status
+    if status == "error":
+        assert outcomes[0].cause == "TLS certificate verification failed"

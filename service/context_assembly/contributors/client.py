@@ -103,7 +103,8 @@ class ContributorClient:
     ) -> None:
         self.max_connections = max_connections
         self.keepalive_seconds = keepalive_seconds
-        self._ssl = ssl_context
+        # Made here, once (~20 ms), not on a first call: the sessions are made on first use.
+        self._ssl = ssl_context or ssl.create_default_context()
         self._registered: aiohttp.ClientSession | None = None
         self._inline: aiohttp.ClientSession | None = None
 
@@ -112,8 +113,6 @@ class ContributorClient:
         return PinnedResolver() if inline else None
 
     def _session(self, *, inline: bool) -> aiohttp.ClientSession:
-        if self._ssl is None:
-            self._ssl = ssl.create_default_context()
         connector = aiohttp.TCPConnector(
             limit=self.max_connections,
             keepalive_timeout=self.keepalive_seconds,
