@@ -1,9 +1,9 @@
-"""Fan-out benchmark: 8 loopback contributors through ``contribute_all``, three client paths.
+"""Fan-out benchmark: 8 loopback contributors through ``contribute_all`` and through bare aiohttp.
 
-Compares httpx's default transport (httpcore pool), the httpx-aiohttp transport under the
-client's httpx API (``create_client(fast=False)``) and the fast path that ``contribute_all`` takes
-with ``create_client()`` (contributors/wire.py), at concurrency 1 (sequential fan-outs) and 16 (16 concurrent fan-out
-loops, 128 requests in flight). Each contributor sleeps 20 ms and answers ~5.6 KB of valid
+Compares the service's contributor path (``contribute_all`` on ``create_client()``: deadline,
+signing, caps, validation) with a bare aiohttp session posting the same requests, and with a
+floor of eight sleeps and no HTTP, at concurrency 1 (sequential fan-outs) and 16 (16 concurrent
+fan-out loops, 128 requests in flight). Each contributor sleeps 20 ms and answers ~5.6 KB of valid
 ``{revision, blocks}`` JSON (the setup of reference/perf-baseline.md §4). "Overhead" is fan-out
 wall time minus the 20 ms sleep; client CPU is this process's ``time.process_time()`` per fan-out.
 
@@ -108,8 +108,6 @@ async def _fan_out(client: Any, targets: Sequence[Any], fields: Any) -> None:
 
 
 async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
-    import httpx
-
     from context_assembly.contributors import (
         ContributorTarget,
         PacketFields,
@@ -130,19 +128,11 @@ async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
         deadline_unix_ms=0,
     )
 
-    clients: dict[str, Callable[[], httpx.AsyncClient]] = {
-        "httpx default transport": lambda: httpx.AsyncClient(
-            follow_redirects=False, trust_env=False
-        ),
-        "httpx-aiohttp (httpx API path)": lambda: create_client(fast=False),
-        "wire fast path (create_client)": create_client,
-    }
-
     async def floor() -> None:
         await asyncio.gather(*(asyncio.sleep(SLEEP_S) for _ in targets))
 
-    # Reference only: bare aiohttp with no httpx layer and no contribute_all (no deadline,
-    # signing or validation), to show what the httpx client layer itself costs.
+    # Reference: bare aiohttp with no contribute_all (no deadline, signing, caps or validation),
+    # to show what the service's contributor path adds to the same HTTP client.
     import aiohttp
     import orjson
 
@@ -160,14 +150,16 @@ async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
         f"{'client':32} {'c':>3} {'p50 ms':>8} {'p99 ms':>8} {'fan-outs/s':>11} {'CPU ms/fan-out':>15}"
     )
     for concurrency, rounds in ((1, rounds_c1), (16, rounds_c16)):
-        runs: list[tuple[str, Callable[[], Awaitable[None]], httpx.AsyncClient | None]] = [
-            ("floor (8x sleep, no HTTP)", floor, None),
-            ("bare aiohttp (reference)", bare_aiohttp, None),
+        client = create_client()
+        runs: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("floor (8x sleep, no HTTP)", floor),
+            ("bare aiohttp (reference)", bare_aiohttp),
+            (
+                "contribute_all (create_client)",
+                functools.partial(_fan_out, client, targets, fields),
+            ),
         ]
-        for name, factory in clients.items():
-            shared = factory()
-            runs.append((name, functools.partial(_fan_out, shared, targets, fields), shared))
-        for name, fan_out, client in runs:
+        for name, fan_out in runs:
             started = time.perf_counter()
             overheads, cpu, count = await _measure(fan_out, concurrency, rounds)
             wall = time.perf_counter() - started
@@ -177,8 +169,7 @@ async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
                 f" {cpu / count * 1000:>15.2f}",
                 flush=True,
             )
-            if client is not None:
-                await client.aclose()
+        await client.aclose()
     await session.close()
 
 

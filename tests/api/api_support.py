@@ -15,6 +15,7 @@ from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.preparations import Clock
+from loopback_handler import HandlerServer, LoopbackClient
 
 KEYS = {"acme": "key-acme-0001", "globex": "key-globex-0002"}
 
@@ -35,6 +36,7 @@ AppFactory = Callable[..., TestClient]
 @pytest.fixture
 def make_client(tmp_path: Path) -> Iterator[AppFactory]:
     clients: list[TestClient] = []
+    servers: list[HandlerServer] = []
 
     def make(
         *,
@@ -60,7 +62,10 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         settings = load_settings(**settings_kw)
         client = None
         if contributor_transport is not None:
-            client = httpx.AsyncClient(transport=contributor_transport, follow_redirects=False)
+            # The transport's handler answers on a real loopback server, which every contributor
+            # name reaches through the production client.
+            servers.append(HandlerServer(contributor_transport.handler))
+            client = LoopbackClient(servers[-1].port)
         clock = None
         if wall is not None or monotonic is not None:
             clock = Clock(wall=wall or Clock().wall, monotonic=monotonic or Clock().monotonic)
@@ -73,6 +78,8 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+    for server in servers:
+        server.close()
 
 
 def basic_request(**overrides: Any) -> dict[str, Any]:

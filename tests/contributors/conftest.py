@@ -5,16 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
-from context_assembly.contributors import PacketFields, create_client
+from context_assembly.contributors import ContributorClient, PacketFields, create_client
 from context_assembly.core.request import Message, Scope
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    """The production client (aiohttp transport with pinning), closed after the test."""
+async def client() -> AsyncIterator[ContributorClient]:
+    """The production client (two aiohttp pools, pinning for inline URLs), closed after the test."""
     async with create_client() as shared:
         yield shared
 

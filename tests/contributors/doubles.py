@@ -1,4 +1,4 @@
-"""Test doubles for contributor tests: a recording resolver and a recording transport."""
+"""Test doubles for contributor tests: a recording resolver and a recording contributor."""
 
 from __future__ import annotations
 
@@ -33,12 +33,13 @@ class RecordingResolver:
         return self.answers[host]
 
 
-class RecordingTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that records requests and answers a fixed valid contribution."""
+class RecordingContributor:
+    """A contributor handler (for ``loopback_handler.HandlerServer``) that records requests and
+    answers a fixed valid contribution."""
 
     def __init__(self) -> None:
         self.requests: list[httpx.Request] = []
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         return httpx.Response(200, json={"revision": 1, "blocks": []})

@@ -8,7 +8,7 @@ import time
 
 import httpx
 import pytest
-from doubles import RecordingResolver, RecordingTransport
+from doubles import RecordingContributor, RecordingResolver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,12 +18,12 @@ from context_assembly.contributors import (
     UrlPolicy,
     check_url,
     contribute_all,
-    create_client,
     forbidden_category,
 )
 from context_assembly.core.request import Scope
 from context_assembly.errors import AssemblyTimeoutError, UrlRejectedError
 from hypothesis_budget import examples
+from loopback_handler import HandlerServer, LoopbackClient
 
 PUBLIC = "93.184.216.34"
 
@@ -68,14 +68,15 @@ def allow_only(url: str, *, allow_private: bool = False) -> UrlPolicy:
 
 
 async def guarded_call(
-    url: str, policy: UrlPolicy, resolver: RecordingResolver, transport: RecordingTransport
+    url: str, policy: UrlPolicy, resolver: RecordingResolver, transport: RecordingContributor
 ) -> None:
     """The production flow for an inline URL: check it, then fan out to it."""
     checked = await check_url(url, policy, resolver, source="memory")
     target = ContributorTarget(source="memory", url=url, kind="inline", checked=checked)
     fields = PacketFields("prep", "m", [], 100, Scope(), 0)
-    async with create_client(transport=transport) as client:
-        await contribute_all(client, [target], fields, time.monotonic() + 1, 1024)
+    with HandlerServer(transport) as server:
+        async with LoopbackClient(server.port) as client:  # every name reaches the recorder
+            await contribute_all(client, [target], fields, time.monotonic() + 1, 1024)
 
 
 @pytest.mark.parametrize(("url", "reason"), ADDRESS_VECTORS)
@@ -84,7 +85,7 @@ async def test_forbidden_literal_or_name_is_refused_before_any_connection(
 ) -> None:
     """Every SSRF vector is refused with UrlRejectedError and the transport sees no request."""
     resolver = RecordingResolver({})
-    transport = RecordingTransport()
+    transport = RecordingContributor()
     with pytest.raises(UrlRejectedError) as info:
         await guarded_call(url, allow_only(url), resolver, transport)
     assert reason in info.value.detail
@@ -107,7 +108,7 @@ async def test_a_port_outside_the_tcp_range_is_refused(port: int) -> None:
 async def test_name_resolving_to_loopback_is_refused_without_naming_the_address() -> None:
     """A public-looking name whose answer is 127.0.0.1 is refused; the error names the category only."""
     resolver = RecordingResolver({"hooks.example.com": ["127.0.0.1"]})
-    transport = RecordingTransport()
+    transport = RecordingContributor()
     url = "https://hooks.example.com/contribute"
     with pytest.raises(UrlRejectedError) as info:
         await guarded_call(url, allow_only(url), resolver, transport)

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
-from context_assembly.contributors import create_client
+from loopback_handler import HandlerServer, LoopbackClient
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -58,8 +58,17 @@ def _service(
             }
         },
     )
-    client = create_client(transport=httpx.ASGITransport(app=example.app), fast=False)
-    with TestClient(create_app(settings, client=client), raise_server_exceptions=False) as http:
+
+    async def to_example(request: httpx.Request) -> httpx.Response:
+        transport = httpx.ASGITransport(app=example.app)
+        async with httpx.AsyncClient(transport=transport) as example_client:
+            response = await example_client.send(request)
+            await response.aread()
+            return response
+
+    server = HandlerServer(to_example)
+    app = create_app(settings, client=LoopbackClient(server.port))
+    with server, TestClient(app, raise_server_exceptions=False) as http:
         http.headers["Authorization"] = f"Bearer {KEY}"
         yield http
 

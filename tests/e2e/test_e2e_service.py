@@ -50,30 +50,28 @@ def request(
     }
 
 
-def test_eight_contributors_of_100ms_finish_under_200ms(
+def test_eight_contributors_are_called_concurrently(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """Eight contributors answering in 100 ms are called concurrently: the prepare takes < 200 ms."""
+    """Eight contributors answering in 600 ms all answer within a 3 s deadline: they are called
+    at once (one after the other they would need 4.8 s, and the last ones would time out).
+    The latency figures are bench_service's."""
     names = [f"c{i}" for i in range(8)]
-    svc = service_factory(config({n: {"url": contributor.url(f"/ok/100/{n}")} for n in names}))
-    body = request([(n, n) for n in names])
-    with httpx.Client(base_url=svc.base, timeout=5) as client:
-        client.post("/v1/prepare", json=body)  # warm the connection pools
-        started = time.perf_counter()
+    svc = service_factory(config({n: {"url": contributor.url(f"/ok/600/{n}")} for n in names}))
+    body = request([(n, n) for n in names], timeout_ms=3000)
+    with httpx.Client(base_url=svc.base, timeout=10) as client:
         response = client.post("/v1/prepare", json=body)
-        elapsed = time.perf_counter() - started
     assert response.status_code == 200, response.text
     sources = response.json()["selection"]["sources"]
     assert [s["status"] for s in sources] == ["ok"] * 8
-    assert elapsed < 0.200, f"prepare took {elapsed * 1000:.0f} ms"
 
 
 @pytest.mark.parametrize("path", ["/hang", "/drip"])
 def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
     path: str, contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """A hung or byte-dripping contributor under 'fail' gives 504 within timeout_ms + 100 ms,
-    and not before the deadline: the contributor had all of its time."""
+    """A hung or byte-dripping contributor under 'fail' gives 504 after the deadline (the
+    contributor had all of its time) and well before the deadline + 2 s (it was cut)."""
     svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
     with httpx.Client(base_url=svc.base, timeout=5) as client:
         started = time.perf_counter()
@@ -82,7 +80,7 @@ def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
     assert response.status_code == 504
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
-    assert 0.300 - 0.010 <= elapsed < 0.300 + 0.100, f"took {elapsed * 1000:.0f} ms"
+    assert 0.300 <= elapsed < 0.300 + 2.0, f"took {elapsed * 1000:.0f} ms"
 
 
 def test_omit_policy_reports_timeout_and_succeeds(
@@ -102,10 +100,10 @@ def test_omit_policy_reports_timeout_and_succeeds(
     response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
     elapsed = time.perf_counter() - started
     assert response.status_code == 200, response.text
-    assert 0.250 - 0.010 <= elapsed < 0.250 + 0.100, f"took {elapsed * 1000:.0f} ms"
+    assert 0.250 <= elapsed < 0.250 + 2.0, f"took {elapsed * 1000:.0f} ms"
     sources = {s["source"]: s for s in response.json()["selection"]["sources"]}
     assert {name: s["status"] for name, s in sources.items()} == {"slow": "timeout", "fast": "ok"}
-    assert 240 <= sources["slow"]["duration_ms"] < 350  # it was waited for until the deadline
+    assert 240 <= sources["slow"]["duration_ms"] < 2250  # it was waited for until the deadline
     ids = {b["id"] for b in response.json()["selection"]["blocks"]}
     assert ids == {"fast-a", "fast-b"}
 
@@ -114,7 +112,7 @@ def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
     """A 'fail' source answering 500 fails the prepare as soon as it answers (502 naming it),
-    not when a hung 'omit' source reaches the 2 s deadline."""
+    not when a hung 'omit' source reaches the 20 s deadline."""
     svc = service_factory(
         config(
             {
@@ -123,14 +121,14 @@ def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
             }
         )
     )
-    body = request([("broken", "broken"), ("slow", "slow")], timeout_ms=2000)
+    body = request([("broken", "broken"), ("slow", "slow")], timeout_ms=20_000)
     started = time.monotonic()
-    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
+    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=30)
     elapsed = time.monotonic() - started
     assert response.status_code == 502, response.text
     problem = response.json()
     assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "broken"
-    assert elapsed < 1.0, f"{elapsed:.2f}s: the prepare waited for the hung source"
+    assert elapsed < 10.0, f"{elapsed:.2f}s: the prepare waited for the hung source"
 
 
 def test_head_answers_every_get_route_without_a_body(service_factory: ServiceFactory) -> None:

@@ -5,7 +5,8 @@ known status), then the whole app in-process, where a registered contributor ans
 random responses under failure policy ``omit`` and ``fail`` (``POST /v1/prepare`` must answer
 200 or a problem+json with a known code, never a 500).
 
-Every contributor reply is served by an ``httpx.MockTransport``: no socket is opened. Runs are
+Every contributor reply is written as drawn (status line, headers, body) by a loopback server
+(``loopback_handler.HandlerServer``) and read by the production client. Runs are
 derandomized, so CI sees the same examples every time; ``make test-deep`` draws many more at
 random (``hypothesis_budget``).
 """
@@ -34,10 +35,10 @@ from context_assembly.contributors import (
     PacketFields,
     Status,
     contribute_all,
-    create_client,
 )
 from context_assembly.core.request import Block, Message, Scope
 from hypothesis_budget import DEEP, examples
+from loopback_handler import HandlerServer, LoopbackClient
 
 KNOWN_STATUSES = frozenset(get_args(Status))
 CAP = 2048
@@ -298,8 +299,9 @@ async def _fan_out(answers: dict[str, Reply], secrets: list[bool], expired: bool
         for source, with_secret in zip(answers, secrets, strict=True)
     ]
     deadline = time.monotonic() + (-1.0 if expired else 5.0)
-    async with create_client(transport=httpx.MockTransport(handler), fast=False) as client:
-        return await contribute_all(client, targets, FIELDS, deadline, CAP)
+    with HandlerServer(handler) as server:
+        async with LoopbackClient(server.port) as client:
+            return await contribute_all(client, targets, FIELDS, deadline, CAP)
 
 
 # Found by longer runs than CI's: a 504 (the contributor reporting its deadline) and integers
@@ -395,9 +397,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
         },
         limits={"max_contributor_response_bytes": CAP},
     )
-    contributor_client = create_client(transport=httpx.MockTransport(board), fast=False)
-    app = create_app(app_settings, client=contributor_client)
-    with TestClient(app, raise_server_exceptions=False) as client:
+    server = HandlerServer(board)
+    app = create_app(app_settings, client=LoopbackClient(server.port))
+    with server, TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {API_KEY}"
         yield client, board
 

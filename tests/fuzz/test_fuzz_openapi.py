@@ -3,7 +3,7 @@
 Every operation of the document is generated (examples, coverage and fuzzing phases, positive and
 negative data) and sent to ``create_app(settings)`` over schemathesis' ASGI transport, which runs
 the app's lifespan (SQLite store, contributor client) around each operation's test. The app uses
-API-key auth and one registered contributor served by an ``httpx.MockTransport`` (no socket).
+API-key auth and one registered contributor answering on a loopback server.
 
 Checks: no 5xx (``not_a_server_error``), documented status codes, documented content types,
 bodies and headers matching the schema, malformed input rejected (``negative_data_rejection``),
@@ -41,8 +41,8 @@ from schemathesis.hooks import HookContext
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
-from context_assembly.contributors import create_client
 from hypothesis_budget import DEEP, examples
+from loopback_handler import HandlerServer
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI = ROOT / "openapi" / "openapi.json"
@@ -86,7 +86,7 @@ def _contributor(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "b", "text": "fact"}]})
 
 
-def _settings(tmp: Path) -> Any:
+def _settings(tmp: Path, contributor_url: str) -> Any:
     return load_settings(
         auth={
             "mode": "api_key",
@@ -95,15 +95,16 @@ def _settings(tmp: Path) -> Any:
             ],
         },
         store={"path": str(tmp / "fuzz.db")},
-        contributors={"memory": {"url": "http://contributor.test/hook", "failure_policy": "omit"}},
+        contributors={"memory": {"url": contributor_url, "failure_policy": "omit"}},
     )
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FastAPI]:
     """One app for every operation; schemathesis starts and stops its lifespan per test."""
-    client = create_client(transport=httpx.MockTransport(_contributor), fast=False)
-    yield create_app(_settings(tmp_path_factory.mktemp("fuzz-openapi")), client=client)
+    with HandlerServer(_contributor) as contributor:
+        tmp = tmp_path_factory.mktemp("fuzz-openapi")
+        yield create_app(_settings(tmp, contributor.url("/hook")))
 
 
 @schema.parametrize()
@@ -129,7 +130,9 @@ def test_fuzz_openapi_405_names_the_allowed_methods(tmp_path: Path) -> None:
     """A method a path does not serve answers 405 with an ``Allow`` header listing the ones it
     does, for every path of the document."""
     document = schema.raw_schema
-    with TestClient(create_app(_settings(tmp_path)), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(_settings(tmp_path, "http://127.0.0.1:9/hook")), raise_server_exceptions=False
+    ) as client:
         for path, operations in document["paths"].items():
             concrete = path.replace("{preparation_id}", "prep_x")
             response = client.request(

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import structlog
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -24,7 +23,7 @@ from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
 from context_assembly.api.reload import reload_settings
 from context_assembly.api.routes import BODY_MODELS, get_tenant, ops, v1
 from context_assembly.config import Settings
-from context_assembly.contributors.client import contributor_limits, create_client
+from context_assembly.contributors.client import ContributorClient, create_client
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core.memo import AssemblyMemo
 from context_assembly.errors import StoreUnavailableError
@@ -63,7 +62,7 @@ def create_app(
     settings: Settings,
     *,
     store: Store | None = None,
-    client: httpx.AsyncClient | None = None,
+    client: ContributorClient | None = None,
     resolver: Resolver | None = None,
     clock: Clock | None = None,
     config_path: str | None = None,
@@ -90,7 +89,7 @@ def create_app(
             key_prefix=settings.store.key_prefix,
         )
         the_client = client or create_client(
-            limits=contributor_limits(settings.limits.max_contributor_connections)
+            max_connections=settings.limits.max_contributor_connections
         )
         for name in ("o200k_base", "cl100k_base"):
             get_counter(name).count("warm up")  # build encodings now, not on the first request

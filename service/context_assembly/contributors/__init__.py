@@ -2,7 +2,7 @@
 
 Data flows one way: the API layer builds :class:`ContributorTarget` values (registered ones from
 configuration, inline ones through :func:`check_url`), calls :func:`contribute_all` with the one
-shared client from :func:`create_client`, and hands the outcomes to the core;
+shared :class:`ContributorClient` from :func:`create_client`, and hands the outcomes to the core;
 :func:`raise_for_failures` applies the ``fail`` policy.
 """
 
@@ -18,8 +18,7 @@ from context_assembly.contributors.calls import (
     raise_for_failures,
 )
 from context_assembly.contributors.client import (
-    PIN_EXTENSION,
-    ContributorTransport,
+    ContributorClient,
     PinnedResolver,
     create_client,
 )
@@ -34,13 +33,12 @@ from context_assembly.contributors.ssrf import (
 )
 
 __all__ = [
-    "PIN_EXTENSION",
     "TIMEOUT_HEADER",
     "CheckedTarget",
     "ContributorAnswer",
+    "ContributorClient",
     "ContributorOutcome",
     "ContributorTarget",
-    "ContributorTransport",
     "PacketFields",
     "PinnedResolver",
     "Resolver",

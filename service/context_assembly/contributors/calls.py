@@ -1,20 +1,14 @@
 """Contributor webhook calls: fan-out under one deadline, size caps, validation, failure policy.
 
-SPEC §3.4. Every call has **one total deadline** around the whole exchange: connect, request,
-response headers and the streamed body. httpx's per-phase timeouts are set to the remaining time
-as a second line only; a server that drips one byte at a time defeats a per-read timeout, never
-this deadline. At the deadline the call is cut, its connection closed, and its outcome settled
-as ``timeout``; an outcome once settled is never replaced, so an answer that arrives later has
-nothing left to change.
+SPEC §3.4. Every call is a task under **one total deadline** (one ``asyncio.timeout`` for the
+prepare's deadline) around the whole exchange: connect, request, response head and the streamed
+body; a server that drips one byte at a time cannot stretch it. At the deadline the call is
+cancelled, its connection closed, and its outcome settled as ``timeout``; an outcome once settled
+is never replaced, so an answer that arrives later has nothing left to change. The calls go
+through :class:`~.client.ContributorClient` (aiohttp; pinning, caps and pool rules are there).
 
-Two ways to run a call, with the same outcomes (``tests/contributors/test_contributors_burst.py``
-runs every fault both ways): a contributor with an idle keep-alive connection on the fast path
-gets its request written at once and its answer handled by callbacks, under one timer for the
-whole fan-out (``_Burst``); any other call is a task (``_contribute_one``) under its own
-``asyncio.timeout``, on a new connection or through httpx.
-
-Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (deadline or a transport
-timeout); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
+Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (the deadline, or a ``504``
+from the contributor); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
 ``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
 ``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
 time left to send). A ``cause`` says what happened without quoting the body.
@@ -27,16 +21,15 @@ import secrets
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
-import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from context_assembly.contributors.client import PIN_EXTENSION, fast_transport
+from context_assembly.contributors.client import ContributorClient, PinRefusedError
 from context_assembly.contributors.signing import (
     CallType,
     sign_headers,
@@ -44,7 +37,6 @@ from context_assembly.contributors.signing import (
     webhook_id,
 )
 from context_assembly.contributors.ssrf import CheckedTarget
-from context_assembly.contributors.wire import Started, WireClient, WireError
 from context_assembly.core.request import (
     Block,
     Frozen,
@@ -180,11 +172,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _classify(exc: BaseException) -> tuple[Status, str]:
-    """Status and cause of a transport exception, judged by its root cause.
-
-    httpx_aiohttp maps every ``aiohttp.ClientConnectionError`` (a reset, a server disconnect) to
-    ``httpx.ConnectTimeout``, so the aiohttp/OS exceptions in the chain are consulted first.
-    """
+    """Status and cause of a transport exception, judged by the exceptions in its chain."""
     chain = _chain(exc)
 
     def has(*types: type[BaseException]) -> bool:
@@ -198,30 +186,22 @@ def _classify(exc: BaseException) -> tuple[Status, str]:
         return "error", "TLS error"
     if has(aiohttp.ClientConnectorDNSError, socket.gaierror):
         return "error", "name resolution failed"
-    if has(aiohttp.ServerTimeoutError):
-        return "timeout", "transport timeout"
     if has(ConnectionResetError):
         return "error", "connection reset"
     if has(aiohttp.ServerDisconnectedError):
         return "error", "server closed the connection"
-    if has(aiohttp.ClientPayloadError, httpx.ReadError):
+    if has(aiohttp.ClientPayloadError):
         return "error", "connection closed before the body was complete"
-    if has(httpx.RemoteProtocolError, aiohttp.ClientResponseError):
+    if has(aiohttp.ClientResponseError):
         return "error", "HTTP protocol error"
-    if has(aiohttp.ClientConnectorError, httpx.ConnectError):
+    if has(aiohttp.ClientConnectorError):
         return "error", "connect failed"
-    if has(httpx.TimeoutException):
-        return "timeout", "transport timeout"
-    if has(httpx.UnsupportedProtocol):
+    if has(PinRefusedError):
         return "error", "request refused by the transport"
     return "error", f"transport error ({type(exc).__name__})"
 
 
-def _check_head(response: httpx.Response, max_bytes: int) -> None:
-    _check_status_headers(response.status_code, response.headers, max_bytes)
-
-
-def _check_status_headers(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
+def _check_head(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
     if 300 <= code < 400:
         raise _Failure("error", f"HTTP {code} redirect (not followed)")
     if code == 504:
@@ -244,14 +224,16 @@ def _check_status_headers(code: int, headers: Mapping[str, str], max_bytes: int)
         raise _Failure("too_large", f"Content-Length {int(length)} over the {max_bytes}-byte cap")
 
 
-async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    # _check_head admitted identity encoding only, so these bytes are the wire bytes (aiter_bytes
-    # also serves a response whose body was read ahead, as mocks do).
+async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body, counted on the wire bytes as they arrive (_check_head admitted identity
+    encoding only). Over the cap, the bytes read so far are dropped before the failure is
+    raised, so that no traceback keeps them alive."""
     buffer = bytearray()
-    async for chunk in response.aiter_bytes():
-        buffer += chunk
-        if len(buffer) > max_bytes:
+    async for chunk in response.content.iter_any():
+        if len(buffer) + len(chunk) > max_bytes:
+            del buffer, chunk
             raise _Failure("too_large", f"body over the {max_bytes}-byte cap")
+        buffer += chunk
     return bytes(buffer)
 
 
@@ -266,7 +248,7 @@ def _call_headers(
 
 
 async def _exchange(
-    client: httpx.AsyncClient,
+    client: ContributorClient,
     target: ContributorTarget,
     body: bytes,
     msg_id: str,
@@ -274,7 +256,11 @@ async def _exchange(
     max_response_bytes: int,
     clock: Callable[[], float],
 ) -> _Exchange:
-    """POST ``body`` and read a capped 2xx JSON body, all within the one deadline."""
+    """POST ``body`` and read a capped 2xx JSON body, all within the one deadline.
+
+    A connection goes back to the pool only after a complete, accepted answer; any failure (a
+    status, a cap, the deadline, a cancel) closes it, so a half-read answer is never reused.
+    """
     started = clock()
     remaining = deadline_monotonic - started
     if remaining < MIN_SEND_SECONDS:
@@ -284,57 +270,27 @@ async def _exchange(
         return _Exchange(status, (clock() - started) * 1000.0, data, cause)
 
     headers = _call_headers(target, msg_id, body, remaining)
-    extensions: dict[str, Any] = {}
-    url = target.url
-    if target.checked is not None:
-        extensions[PIN_EXTENSION] = target.checked
-        url = target.checked.url
+    url = target.url if target.checked is None else target.checked.url
     phase = "waiting for the response headers"
     deadline = asyncio.timeout(remaining)
-    fast = fast_transport(client)
     try:
         async with deadline:
-            if fast is not None:
-
-                def check_head(status: int, head: Mapping[str, str]) -> None:
-                    nonlocal phase
-                    phase = "reading the body"
-                    _check_status_headers(status, head, max_response_bytes)
-
-                data = await fast.wire.post(
-                    url,
-                    body,
-                    headers,
-                    target.checked,
-                    check_head=check_head,
-                    max_bytes=max_response_bytes,
-                )
-                return settled("ok", data=data)
-            request = client.build_request(
-                "POST",
-                url,
-                content=body,
-                headers=headers,
-                # Per-phase timeouts: a second line only, never longer than the deadline.
-                timeout=httpx.Timeout(remaining),
-                extensions=extensions,
-            )
-            response = await client.send(request, stream=True)
+            response = await client.post(url, body, headers, target.checked)
             try:
                 phase = "reading the body"
-                _check_head(response, max_response_bytes)
+                _check_head(response.status, response.headers, max_response_bytes)
                 data = await _read_capped(response, max_response_bytes)
-            finally:
-                await response.aclose()
+            except BaseException:
+                response.close()
+                raise
+            response.release()
     except _Failure as failure:
-        return settled(failure.status, failure.cause)
-    except WireError as failure:
         return settled(failure.status, failure.cause)
     except TimeoutError as exc:
         if deadline.expired():
             return settled("timeout", f"deadline reached while {phase}")
         return settled(*_classify(exc))
-    except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
+    except (aiohttp.ClientError, OSError) as exc:
         return settled(*_classify(exc))
     return settled("ok", data=data)
 
@@ -386,18 +342,16 @@ def _parse_answer(data: bytes) -> ContributorAnswer:
 
 
 async def _contribute_one(
-    client: httpx.AsyncClient,
+    client: ContributorClient,
     target: ContributorTarget,
     common: Mapping[str, Any],
     packet_fields: PacketFields,
     deadline_monotonic: float,
     max_response_bytes: int,
     clock: Callable[[], float],
-    started: float | None = None,
 ) -> ContributorOutcome:
-    """One call on the per-call path; ``started`` is when it began, if earlier (a retry after
-    the keep-alive race counts from the first attempt)."""
-    started = clock() if started is None else started
+    """One call, settled as an outcome: it never raises for what the contributor did."""
+    started = clock()
     try:
         body, msg_id = _packet(target, common, packet_fields)
         result = await _exchange(
@@ -451,81 +405,69 @@ def _unexpected(source: str, exc: Exception, duration_ms: float) -> ContributorO
 
 
 async def contribute_all(
-    client: httpx.AsyncClient,
+    client: ContributorClient,
     targets: Sequence[ContributorTarget],
     packet_fields: PacketFields,
     deadline_monotonic: float,
     max_response_bytes: int,
     clock: Callable[[], float] = time.monotonic,
     check: Callable[[ContributorOutcome], ContributorOutcome] | None = None,
-    while_waiting: Callable[[], object] | None = None,
     fail_fast: bool = False,
 ) -> list[ContributorOutcome]:
     """Call every target concurrently and return one outcome per target, in target order.
 
     With ``fail_fast``, the first ``fail``-policy call that fails other than by the deadline
-    ends the fan-out at once: the calls still under way are abandoned (their late answers change
+    ends the fan-out at once: the calls still under way are cancelled (their late answers change
     nothing) and :func:`raise_for_failures` raises for the outcomes settled so far, instead of
     the prepare waiting out the others only to fail with that cause.
 
     ``check`` (the caller's block rules) runs on each outcome as soon as its answer is parsed, so
-    the answers that arrive early are checked while the others are awaited. ``while_waiting``
-    runs once the calls have had their turn to send (one pass of the event loop), before their
-    answers are awaited: work of the caller's that no answer changes.
+    the answers that arrive early are checked while the others are awaited; a check that raises
+    fails the fan-out with its exception.
 
     Each call sends a ``contribute`` packet (SPEC §3.4) with ``X-Contributor-Timeout-Ms`` (the
     remaining integer ms at send time, at least 1), ``content-type: application/json``, a stable
     ``webhook-id`` and, when the target has a secret, Standard Webhooks signature headers. All
     calls share ``deadline_monotonic`` (a ``clock()`` value): a call with no time left is
     ``skipped_deadline`` and never sent; a call still running at the deadline is cancelled and
-    ``timeout``. Never raises for a contributor failure; see :func:`raise_for_failures`. The
-    client must come from :func:`~.client.create_client` for inline targets to be pinned.
+    ``timeout``. Never raises for a contributor failure; see :func:`raise_for_failures`.
     """
     if not targets:
-        if while_waiting is not None:
-            while_waiting()  # no call to wait for: the caller's work is done here all the same
         return []
     common = {
         "input": [m.model_dump(mode="json", exclude_none=True) for m in packet_fields.input],
         "scope": packet_fields.scope.model_dump(mode="json"),
     }
-    fast = fast_transport(client)
-    if fast is not None:
-        burst = _Burst(
-            client, fast.wire, targets, common, packet_fields, deadline_monotonic,
-            max_response_bytes, clock, check, fail_fast,
-        )  # fmt: skip
-        return await burst.run(while_waiting)
-    calls = [
-        _contribute_one(
-            client, t, common, packet_fields, deadline_monotonic, max_response_bytes, clock
+
+    settled: list[ContributorOutcome] = []  # in the order the calls end
+    # Set when a ``fail``-policy call fails other than by the deadline (with ``fail_fast``).
+    ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def call(target: ContributorTarget) -> ContributorOutcome:
+        outcome = await _contribute_one(
+            client, target, common, packet_fields, deadline_monotonic, max_response_bytes, clock
         )
-        for t in targets
-    ]
-    if check is not None:
+        if check is not None:
+            outcome = check(outcome)
+        settled.append(outcome)
+        if fail_fast and _ends_fan_out(outcome, target) and not ended.done():
+            ended.set_result(None)
+        return outcome
 
-        async def checked(call: Awaitable[ContributorOutcome]) -> ContributorOutcome:
-            return check(await call)
-
-        calls = [checked(call) for call in calls]
-    tasks = [asyncio.ensure_future(call) for call in calls]
+    tasks = [asyncio.ensure_future(call(t)) for t in targets]
+    every = asyncio.gather(*tasks)
     try:
-        if while_waiting is not None:
-            await asyncio.sleep(0)  # the calls take their first steps: connected ones send
-            while_waiting()
-        index: dict[asyncio.Future[ContributorOutcome], int] = {t: i for i, t in enumerate(tasks)}
-        pending: set[asyncio.Future[ContributorOutcome]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                outcome = task.result()  # a check that raised fails the fan-out with it
-                if fail_fast and _ends_fan_out(outcome, targets[index[task]]):
-                    settled = [t.result() for t in tasks if t.done() and not t.cancelled()]
-                    raise_for_failures(settled, targets)
-        return [task.result() for task in tasks]
+        await asyncio.wait((every, ended), return_when=asyncio.FIRST_COMPLETED)
+        if not every.done():
+            raise_for_failures(settled, targets)  # a fail-policy call failed: this raises
+        return every.result()  # a check that raised fails the fan-out with it
     finally:
         for task in tasks:
             task.cancel()
+        if not every.done():
+            every.cancel()
+        elif not every.cancelled():
+            every.exception()  # retrieved: raised above, or dropped with the fan-out
 
 
 def _ends_fan_out(outcome: ContributorOutcome, target: ContributorTarget) -> bool:
@@ -577,7 +519,7 @@ def raise_for_failures(
 
 
 async def query_revision(
-    client: httpx.AsyncClient,
+    client: ContributorClient,
     target: ContributorTarget,
     scope: Scope,
     deadline_monotonic: float,
@@ -614,196 +556,3 @@ async def query_revision(
     except Exception:  # as in contribute_all: a surprise is an error, not a crash of validate
         return "error", None
     return "ok", answer.revision
-
-
-class _Burst:
-    """One fan-out on the fast wire path, with no task or timer per call.
-
-    Every target with an idle keep-alive connection has its request written at once
-    (``WireClient.begin``) and its answer handled by callbacks on the connection's futures: the
-    head is checked as it arrives, the answer parsed and ``check``-ed as it completes. One timer
-    at the deadline settles whatever is still under way as ``timeout`` and closes its
-    connection. A target with no idle connection (the first call, or after the keep-alive
-    expiry), and a call that lost the keep-alive race, runs ``_contribute_one`` as a task on a
-    new connection under the same deadline. Outcomes, statuses and causes are those of
-    ``_contribute_one`` (the loopback tests run every fault both ways). Why: per call, a task,
-    a timeout and their scheduling are a good part of the call's CPU; at 16 concurrent
-    fan-outs of eight on loopback the fan-out's CPU went from 0.84–1.00 ms to 0.72–0.79 ms, at
-    one from 1.31–1.63 ms to 1.15–1.30 ms (docs/performance.md).
-    """
-
-    def __init__(
-        self,
-        client: httpx.AsyncClient,
-        wire: WireClient,
-        targets: Sequence[ContributorTarget],
-        common: Mapping[str, Any],
-        packet_fields: PacketFields,
-        deadline: float,
-        max_bytes: int,
-        clock: Callable[[], float],
-        check: Callable[[ContributorOutcome], ContributorOutcome] | None,
-        fail_fast: bool = False,
-    ) -> None:
-        self.client, self.wire, self.targets, self.common = client, wire, targets, common
-        self.fields, self.deadline, self.max_bytes = packet_fields, deadline, max_bytes
-        self.clock, self.check, self.fail_fast = clock, check, fail_fast
-        self.ended_early = False
-        self.loop = asyncio.get_running_loop()
-        self.outcomes: list[ContributorOutcome | None] = [None] * len(targets)
-        self.waiting = len(targets)
-        self.all_settled: asyncio.Future[None] = self.loop.create_future()
-        self.live: dict[int, tuple[Started, float]] = {}  # index -> (exchange, start)
-        self.tasks: set[asyncio.Task[ContributorOutcome]] = set()
-
-    async def run(self, while_waiting: Callable[[], object] | None) -> list[ContributorOutcome]:
-        timer = self.loop.call_later(max(self.deadline - self.clock(), 0.0), self._expire)
-        try:
-            for index, target in enumerate(self.targets):
-                if self.ended_early:
-                    break  # a fail-policy call failed already: the rest is not sent
-                await self._start(index, target)
-            if while_waiting is not None:
-                if self.tasks:
-                    await asyncio.sleep(0)  # the calls on new connections take their first step
-                while_waiting()
-            await self.all_settled
-        except BaseException:
-            self._abandon()
-            raise
-        finally:
-            timer.cancel()
-        settled = [outcome for outcome in self.outcomes if outcome is not None]
-        if self.ended_early:
-            self._abandon()
-            raise_for_failures(settled, self.targets)
-        return settled
-
-    async def _start(self, index: int, target: ContributorTarget) -> None:
-        started = self.clock()
-        remaining = self.deadline - started
-        if remaining < MIN_SEND_SECONDS:
-            skipped = ContributorOutcome(
-                target.source, "skipped_deadline", 0.0, cause=SKIPPED_CAUSE
-            )
-            self._settle(index, skipped)
-            return
-        try:
-            body, msg_id = _packet(target, self.common, self.fields)
-            headers = _call_headers(target, msg_id, body, remaining)
-            url = target.url if target.checked is None else target.checked.url
-            exchange = await self.wire.begin(
-                url, body, headers, target.checked, max_bytes=self.max_bytes
-            )
-        except WireError as failure:
-            duration = (self.clock() - started) * 1000.0
-            self._settle(index, ContributorOutcome(target.source, failure.status, duration,
-                                                   cause=failure.cause))  # fmt: skip
-            return
-        except Exception as exc:  # as in _contribute_one: one surprise never sinks the fan-out
-            self._settle(index, _unexpected(target.source, exc, (self.clock() - started) * 1000))
-            return
-        if exchange is None:
-            self._spawn(index, target)
-            return
-        self.live[index] = (exchange, started)
-        exchange.head.add_done_callback(lambda _: self._on_head(index))
-        exchange.done.add_done_callback(lambda _: self._on_done(index))
-
-    def _spawn(self, index: int, target: ContributorTarget, started: float | None = None) -> None:
-        """The per-call path for ``target``, on a new connection, under the same deadline
-        (``started``: the first attempt's start, for a retry)."""
-        task = self.loop.create_task(
-            _contribute_one(self.client, target, self.common, self.fields, self.deadline,
-                            self.max_bytes, self.clock, started)
-        )  # fmt: skip
-        self.tasks.add(task)
-
-        def done(task: asyncio.Task[ContributorOutcome]) -> None:
-            self.tasks.discard(task)
-            if not task.cancelled():
-                self._settle(index, task.result())  # _contribute_one returns, never raises
-
-        task.add_done_callback(done)
-
-    def _on_head(self, index: int) -> None:
-        live = self.live.get(index)
-        if live is None or live[0].head.exception() is not None:
-            return  # settled already, or the failure is the done callback's to report
-        exchange = live[0]
-        try:
-            _check_status_headers(exchange.status, exchange.headers, self.max_bytes)
-        except _Failure as failure:
-            self._end(index, failure.status, failure.cause)
-
-    def _on_done(self, index: int) -> None:
-        live = self.live.get(index)
-        if live is None:
-            return
-        exchange, started = live
-        err = exchange.done.exception()
-        if err is not None:
-            assert isinstance(err, WireError)
-            if exchange.raced(err):
-                del self.live[index]
-                exchange.abort()
-                self._spawn(index, self.targets[index], started)
-                return
-            self._end(index, err.status, err.cause)
-            return
-        del self.live[index]
-        source = self.targets[index].source
-        body = exchange.finish()
-        duration = (self.clock() - started) * 1000.0
-        try:
-            outcome = _answer_outcome(source, body, duration)
-        except Exception as exc:
-            outcome = _unexpected(source, exc, duration)
-        self._settle(index, outcome)
-
-    def _end(self, index: int, status: Status, cause: str | None) -> None:
-        """Settle a call still on the wire with a failure and close its connection."""
-        exchange, started = self.live.pop(index)
-        exchange.abort()
-        duration = (self.clock() - started) * 1000.0
-        self._settle(index, ContributorOutcome(self.targets[index].source, status, duration,
-                                               cause=cause))  # fmt: skip
-
-    def _expire(self) -> None:
-        """The deadline: every call still on the wire is a ``timeout``; the calls on new
-        connections time out under their own ``asyncio.timeout`` at the same deadline."""
-        for index in list(self.live):
-            exchange, _ = self.live[index]
-            phase = (
-                "reading the body" if exchange.head.done() else "waiting for the response headers"
-            )
-            self._end(index, "timeout", f"deadline reached while {phase}")
-
-    def _settle(self, index: int, outcome: ContributorOutcome) -> None:
-        if self.outcomes[index] is not None or self.all_settled.done():
-            return
-        try:
-            checked = self.check(outcome) if self.check is not None else outcome
-        except BaseException as err:  # the caller's check failed: the fan-out fails with it
-            self.all_settled.set_exception(err)
-            return
-        self.outcomes[index] = checked
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.all_settled.set_result(None)
-        elif self.fail_fast and _ends_fan_out(checked, self.targets[index]):
-            self.ended_early = True
-            self.all_settled.set_result(None)
-
-    def _abandon(self) -> None:
-        """The fan-out is given up (cancelled, or the caller's work failed): close every
-        connection still under way and cancel the calls on new connections."""
-        for exchange, _ in self.live.values():
-            exchange.abort()
-        self.live.clear()
-        for task in list(self.tasks):
-            task.cancel()
-        if not self.all_settled.done():
-            self.all_settled.cancel()
-        elif not self.all_settled.cancelled():
-            self.all_settled.exception()  # retrieved: it is being raised or dropped with the rest

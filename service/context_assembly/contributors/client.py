@@ -1,56 +1,47 @@
-"""The one shared HTTP client for contributor webhooks, and connection pinning for inline URLs.
+"""The one shared HTTP client for contributor webhooks: two aiohttp sessions, pinning for inline URLs.
 
-httpx stays the client API (so respx, timeouts and the request/response types are the usual
-ones), and requests sent through that API travel over aiohttp through
-``httpx_aiohttp.AiohttpTransport``: on this project's 2-core machines httpx's own pool costs
-~0.9 ms of CPU per request and collapses at 128 requests in flight. The contributor calls of
-``calls.py`` take a faster path still when the client came from :func:`create_client`: the
-transport's :class:`~.wire.WireClient`, an HTTP/1.1 client over asyncio protocols and httptools
-with the same pinning rules and TLS context (``wire.py`` says why and what it does;
-``bench/bench_fanout.py`` prints all three paths side by side).
+Create it **once per app** (lifespan) with :func:`create_client` and ``await client.aclose()`` at
+shutdown; never one per request (an SSL context alone costs ~20 ms). The sessions are made on
+first use, inside the running event loop.
 
-Create the client **once per app** (lifespan) with :func:`create_client` and ``await
-client.aclose()`` at shutdown; never one per request (an SSL context alone costs ~20 ms).
+Two pools, never shared:
 
-Pinning (no DNS rebinding). :class:`ContributorTransport` keeps two aiohttp sessions:
+* ``registered``: contributors from the configuration, normal DNS, normal pooling;
+* ``inline``: SSRF-checked inline URLs. Its connector's resolver (:class:`PinnedResolver`) never
+  performs a lookup: it answers with the addresses of the :class:`~.ssrf.CheckedTarget` of the
+  *current call*, handed over through a ``ContextVar`` set only around that call (aiohttp asks
+  the resolver from the calling task's context when its DNS cache is off). A call without a pin,
+  or whose URL does not match its pin, cannot connect through this pool (no DNS rebinding).
+  Literal-IP URLs skip the resolver and connect to the literal address, which is exactly the one
+  that was checked. TLS SNI and certificate checks use the URL's host name.
 
-* ``trusted``: registered contributors from the configuration, normal DNS, normal pooling;
-* ``pinned``: inline URLs. Its connector's resolver (:class:`PinnedResolver`) never performs a
-  lookup: it answers with the addresses of the :class:`~.ssrf.CheckedTarget` that the *current
-  request* carries in its ``extensions[PIN_EXTENSION]``, handed over through a ``ContextVar``
-  that is set only while that request connects (aiohttp resolves in the calling task when its
-  DNS cache is off). A request without a pin, or whose URL does not match its pin, cannot
-  connect through this pool. Literal-IP URLs skip the resolver and connect to the literal
-  address, which is exactly the one that was checked. TLS SNI and certificate checks use the
-  URL's host name. Keep-alive connections in the pinned pool were opened to checked addresses
-  only, and the pool is never shared with the trusted one.
-
-This was chosen over one connector per checked target because it keeps connection reuse and
-needs no per-call session lifecycle, and over a host→address map because the ContextVar ties the
-answer to the request that was checked, so concurrent requests never see each other's answers.
-Redirects are never followed (a 3xx is a contributor failure), no proxy is read from the
-environment (a proxy would resolve the name itself and defeat pinning), and cookies are never
-kept (a contributor must not be able to correlate requests of different tenants).
+Both pools follow the same rules: redirects are never followed (a 3xx is a contributor failure),
+no proxy is read from the environment (a proxy would resolve the name itself and defeat
+pinning), no cookie is kept (a contributor must not correlate requests of different tenants),
+answers are never decompressed (the body cap is on wire bytes; a compressed answer is refused).
+The response head is bounded by aiohttp's parser: 8190 bytes per line and per header field, at
+most 128 header fields. Each pool holds at most ``max_connections`` connections; an idle one is
+closed after ``keepalive_seconds`` (below the 5 s that common servers, uvicorn included, keep an
+idle connection, so the client closes first), and one whose server closed it is dropped at once.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-import weakref
 from contextvars import ContextVar
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from types import TracebackType
 
 import aiohttp
-import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
-from httpx_aiohttp import AiohttpTransport
+from yarl import URL
 
 from context_assembly.contributors.ssrf import CheckedTarget
-from context_assembly.contributors.wire import WireClient
 
-PIN_EXTENSION = "context_assembly.pinned_target"
-"""Request extension holding the :class:`CheckedTarget` an inline request must connect to."""
+MAX_LINE_BYTES = 8190
+"""Longest status line, header line or header field the client reads (aiohttp's parser limit)."""
+MAX_HEADERS = 128
+KEEPALIVE_SECONDS = 4.0
 
 _CURRENT_PIN: ContextVar[CheckedTarget | None] = ContextVar("contributor_pin", default=None)
 _NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
@@ -63,8 +54,12 @@ DEFAULT_HEADERS = {
 }
 
 
+class PinRefusedError(aiohttp.ClientError):
+    """An inline call whose URL does not match the checked target it carries."""
+
+
 class PinnedResolver(AbstractResolver):
-    """An aiohttp resolver that answers only with the current request's checked addresses."""
+    """An aiohttp resolver that answers only with the current call's checked addresses."""
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
@@ -96,125 +91,96 @@ class PinnedResolver(AbstractResolver):
         """Nothing to release: no lookups are ever made."""
 
 
-def _session(
-    limits: httpx.Limits, ssl_context: ssl.SSLContext, *, pinned: bool
-) -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(
-        limit=limits.max_connections or 0,
-        keepalive_timeout=limits.keepalive_expiry,
-        ssl=ssl_context,
-        # The pinned pool must ask its resolver on every new connection, in the caller's task.
-        resolver=PinnedResolver() if pinned else None,
-        use_dns_cache=not pinned,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        trust_env=False,
-        headers=DEFAULT_HEADERS,
-        # Compressed answers are refused (the size cap is on wire bytes): never inflate one.
-        auto_decompress=False,
-    )
+class ContributorClient:
+    """The two contributor pools (registered and inline) and the one way to call through them."""
 
+    def __init__(
+        self,
+        *,
+        max_connections: int = 256,
+        ssl_context: ssl.SSLContext | None = None,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self.max_connections = max_connections
+        self.keepalive_seconds = keepalive_seconds
+        # Made here, once (~20 ms), not on a first call: the sessions are made on first use.
+        self._ssl = ssl_context or ssl.create_default_context()
+        self._registered: aiohttp.ClientSession | None = None
+        self._inline: aiohttp.ClientSession | None = None
 
-class ContributorTransport(httpx.AsyncBaseTransport):
-    """An httpx transport over two aiohttp pools: trusted (registered) and pinned (inline)."""
+    def _resolver(self, *, inline: bool) -> AbstractResolver | None:
+        """The pool's resolver: pinned for inline URLs, aiohttp's default for registered ones."""
+        return PinnedResolver() if inline else None
 
-    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
-        # The fast path of calls.py (wire.py): same TLS context, same pinning rules, own pools.
-        self.wire = WireClient(
-            ssl_context, DEFAULT_HEADERS, max_connections=limits.max_connections or 100
+    def _session(self, *, inline: bool) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections,
+            keepalive_timeout=self.keepalive_seconds,
+            ssl=self._ssl,
+            resolver=self._resolver(inline=inline),
+            # The inline pool asks its resolver on every new connection, in the caller's context.
+            use_dns_cache=not inline,
         )
-        # Sessions are created lazily, inside the running loop, on first use.
-        self._trusted = AiohttpTransport(
-            verify=ssl_context,
-            client=lambda: _session(limits, ssl_context, pinned=False),
-        )
-        self._pinned = AiohttpTransport(
-            verify=ssl_context,
-            client=lambda: _session(limits, ssl_context, pinned=True),
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            headers=DEFAULT_HEADERS,
+            auto_decompress=False,
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_LINE_BYTES,
+            max_headers=MAX_HEADERS,
+            # The deadline is the caller's (one asyncio.timeout around the call).
+            timeout=aiohttp.ClientTimeout(total=None),
         )
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Send through the trusted pool, or through the pinned pool when a pin is attached."""
-        pin = request.extensions.get(PIN_EXTENSION)
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str], pin: CheckedTarget | None
+    ) -> aiohttp.ClientResponse:
+        """POST ``body`` and return the response once its head is read (the caller reads the
+        body, then ``release()``s or ``close()``s it). ``pin``: the checked target of an inline
+        URL, whose addresses are the only ones the call may connect to."""
         if pin is None:
-            response: httpx.Response = await self._trusted.handle_async_request(request)
-            return response
-        if not isinstance(pin, CheckedTarget):
-            raise httpx.UnsupportedProtocol("the pinned-target extension must be a CheckedTarget")
-        url = request.url
-        host = url.raw_host.decode("ascii").lower().rstrip(".")
-        port = url.port if url.port is not None else (443 if url.scheme == "https" else 80)
-        if (url.scheme, host, port) != (pin.scheme, pin.host, pin.port):
-            raise httpx.UnsupportedProtocol("request URL does not match its pinned target")
+            if self._registered is None:
+                self._registered = self._session(inline=False)
+            return await self._registered.post(
+                url, data=body, headers=headers, allow_redirects=False
+            )
+        parsed = URL(url)
+        host = (parsed.raw_host or "").lower().rstrip(".")
+        if (parsed.scheme, host, parsed.port) != (pin.scheme, pin.host, pin.port):
+            raise PinRefusedError("request URL does not match its checked target")
+        if self._inline is None:
+            self._inline = self._session(inline=True)
         token = _CURRENT_PIN.set(pin)
         try:
-            response = await self._pinned.handle_async_request(request)
+            return await self._inline.post(url, data=body, headers=headers, allow_redirects=False)
         finally:
             _CURRENT_PIN.reset(token)
-        return response
 
     async def aclose(self) -> None:
-        """Close both pools and the fast path's connections."""
-        await self.wire.aclose()
-        await self._trusted.aclose()
-        await self._pinned.aclose()
+        """Close both pools and their connections."""
+        for session in (self._registered, self._inline):
+            if session is not None:
+                await session.close()
+        self._registered = self._inline = None
 
+    async def __aenter__(self) -> ContributorClient:
+        return self
 
-def contributor_limits(max_connections: int = 256) -> httpx.Limits:
-    """The contributor client's pool limits: ``max_connections`` calls in flight at once (the
-    service passes ``limits.max_contributor_connections``)."""
-    return httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=20, keepalive_expiry=5.0
-    )
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 def create_client(
-    *,
-    limits: httpx.Limits | None = None,
-    timeout: httpx.Timeout | None = None,
-    ssl_context: ssl.SSLContext | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-    fast: bool = True,
-) -> httpx.AsyncClient:
-    """The shared contributor client: aiohttp transport with pinning, no redirects, no cookies.
-
-    ``timeout`` holds httpx's per-phase timeouts, a second line only (the deadline is enforced
-    around each call by ``calls.py``). ``transport`` replaces the aiohttp transport (tests,
-    benchmarks); inline URLs then lose pinning unless that transport honours
-    :data:`PIN_EXTENSION`. ``fast=False`` keeps every call on httpx's own send path (respx
-    mocks patch that path; the default fast path posts straight through the aiohttp pools, see
-    :meth:`ContributorTransport.post`). Call ``await client.aclose()`` at shutdown.
-    """
-    limits = limits or contributor_limits()
-    if transport is None:
-        ctx = ssl_context or httpx.create_ssl_context(trust_env=False)
-        transport = ContributorTransport(limits=limits, ssl_context=ctx)
-    client = httpx.AsyncClient(
-        transport=transport,
-        follow_redirects=False,
-        trust_env=False,
-        timeout=timeout or httpx.Timeout(5.0),
-        headers=DEFAULT_HEADERS,
-        # A jar whose policy accepts no domain: responses can never set cookies.
-        cookies=_no_cookies(),
-    )
-    if fast and isinstance(transport, ContributorTransport):
-        _FAST[client] = transport
-    return client
-
-
-_FAST: weakref.WeakKeyDictionary[httpx.AsyncClient, ContributorTransport] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def fast_transport(client: httpx.AsyncClient) -> ContributorTransport | None:
-    """The aiohttp transport under a client made by :func:`create_client` (``None`` otherwise,
-    e.g. a test client on respx or a mock transport, which then goes through httpx as usual)."""
-    return _FAST.get(client)
-
-
-def _no_cookies() -> CookieJar:
-    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+    *, max_connections: int = 256, ssl_context: ssl.SSLContext | None = None
+) -> ContributorClient:
+    """The shared contributor client (the service passes ``limits.max_contributor_connections``
+    as ``max_connections``); ``ssl_context`` replaces the system trust store (tests with a
+    private CA). Call ``await client.aclose()`` at shutdown."""
+    return ContributorClient(max_connections=max_connections, ssl_context=ssl_context)

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import httpx
-
 from context_assembly.config import Settings
+from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core.fingerprint import text_hash
 from context_assembly.core.memo import AssemblyMemo
@@ -81,7 +80,7 @@ class Preparations:
         self,
         settings: Settings,
         store: Store,
-        client: httpx.AsyncClient,
+        client: ContributorClient,
         registry: ModelRegistry,
         *,
         resolver: Resolver | None = None,

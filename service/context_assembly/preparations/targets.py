@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-import httpx
-
 from context_assembly.config import Settings
 from context_assembly.contributors.calls import (
     ContributorOutcome,
@@ -25,6 +23,7 @@ from context_assembly.contributors.calls import (
     contribute_all,
     raise_for_failures,
 )
+from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
 from context_assembly.core.blocks import check_source_blocks
 from context_assembly.core.memo import blocks_digest
@@ -121,7 +120,7 @@ class Contributors:
     def __init__(
         self,
         settings: Settings,
-        client: httpx.AsyncClient,
+        client: ContributorClient,
         *,
         resolver: Resolver | None,
         clock: Clock,
