@@ -39,6 +39,7 @@ import httpx
 import orjson
 from pydantic import TypeAdapter
 
+from context_assembly import offload
 from context_assembly.config import Settings
 from context_assembly.contributors.calls import (
     ContributorOutcome,
@@ -79,7 +80,6 @@ from context_assembly.engine import (
     local_time,
     model_context,
     rfc3339,
-    run_assembly,
     to_response,
 )
 from context_assembly.errors import (
@@ -620,9 +620,9 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
             data_budget=request.options.max_data_tokens,
             attempt=1,
-            while_waiting=early_work,
+            while_waiting=None if offload.large_body() else early_work,
         )
-        assembly, ctx = run_assembly(
+        assembly, ctx = await offload.assemble(
             request,
             setups,
             collected.inputs,
@@ -699,7 +699,7 @@ class Preparations:
         setups = plan_sources(request)
         self._registered_targets(tenant, request.contributors)  # raises as prepare would
         inputs = materialised_inputs(request, setups)
-        assembly, ctx = run_assembly(
+        assembly, ctx = await offload.assemble(
             request, setups, inputs, now=self.clock.now(), tenant=tenant, registry=self.registry
         )
         return BudgetResponse(
@@ -869,7 +869,7 @@ class Preparations:
             attempt=2,
             model=data["model"],
         )
-        assembly, ctx = run_assembly(
+        assembly, ctx = await offload.assemble(
             request,
             setups,
             collected.inputs,

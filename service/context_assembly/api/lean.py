@@ -32,7 +32,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.middleware import BODY
 from context_assembly.errors import InvalidError
-from context_assembly.validation import invalid_from_errors, parse_model
+from context_assembly.offload import parse_body
+from context_assembly.validation import invalid_from_errors
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 Getter = Callable[[Request], Awaitable[Any]]
@@ -60,7 +61,7 @@ async def read_body(request: Request, model: type[BaseModel]) -> BaseModel:
             "invalid request: (body): the body must be JSON (content-type: application/json)",
             field="(body)",
         )
-    return parse_model(model, raw)
+    return parse_body(model, raw)
 
 
 async def _tenant(request: Request) -> str:
