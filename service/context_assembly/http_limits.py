@@ -12,8 +12,8 @@ adds the three ``[limits]`` bounds to it, per connection:
   byte (later requests on a kept-alive connection) to the end of its head;
 * ``body_timeout_seconds``: from the end of the head to the end of the body.
 
-Over a time limit the answer is 408 and the connection is closed (after the application's own
-answer has begun, the connection is only closed). Both refusals are problem+json
+Over a time limit the answer is 408 and the connection is closed (when an answer is already
+under way on the connection, the connection is only closed). Both refusals are problem+json
 (``errors.RequestHeadTooLargeError``, ``errors.RequestTimeoutError``). ``server.serve`` selects
 the class with ``uvicorn.run(http=...)``; a reverse proxy in front can hold the same bounds
 (docs/operations.md, Limits).
@@ -67,13 +67,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self.timer = None
 
     def _refuse(self, error: ServiceError) -> None:
-        """Answer ``error`` (unless the application's answer has begun) and close."""
+        """Answer ``error`` if no other answer is under way on the connection, then close."""
         self._disarm()
         if self.transport.is_closing():
             return
         cycle = self.cycle
-        answering = cycle is not None and cycle.response_started and not cycle.response_complete
-        if not answering:
+        if self.head_bytes is None:
+            # Reading a body: the refusal answers its request, unless the application has.
+            may_answer = not cycle.response_started
+        else:
+            # Reading a head: unless an earlier request on the connection is still answered.
+            may_answer = cycle is None or cycle.response_complete
+        if may_answer:
             body = orjson.dumps(error.to_problem())
             head = [STATUS_LINE[error.status]]
             for name, value in self.server_state.default_headers:

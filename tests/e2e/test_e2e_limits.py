@@ -213,3 +213,27 @@ async def test_a_slowloris_is_closed_and_others_are_answered(svc: Service) -> No
     assert len(closed_after) == 200, f"{200 - len(closed_after)} connections were kept open"
     assert max(closed_after) < HEAD_SECONDS + 2 + 2
     assert peak - before < 64 * 1024 * 1024, f"the process grew by {peak - before} bytes"
+
+
+async def test_a_body_dripped_after_an_early_answer_is_closed_without_a_second_answer(
+    svc: Service,
+) -> None:
+    """A body declared over max_body_bytes gets its 413 at once; dripped on after that, it is
+    cut off by the body time limit with a close, and no 408 follows the 413."""
+    reader, writer = await _open(svc)
+    await _send(
+        writer,
+        b"POST /v1/prepare HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % (9 * 1024 * 1024),
+    )
+    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    assert _status(first) == 413
+    length = next(
+        int(line.split(b":")[1])
+        for line in first.lower().split(b"\r\n")
+        if b"content-length" in line
+    )
+    await reader.readexactly(length)
+    answer = await _drip(reader, writer, [b"x"] * 40, 0.25)  # 10 s at most
+    writer.close()
+    assert answer == b"", repr(answer)[:80]
