@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -237,3 +238,32 @@ async def test_a_body_dripped_after_an_early_answer_is_closed_without_a_second_a
     answer = await _drip(reader, writer, [b"x"] * 40, 0.25)  # 10 s at most
     writer.close()
     assert answer == b"", repr(answer)[:80]
+
+
+async def test_every_worker_process_holds_the_limits(service_factory: ServiceFactory) -> None:
+    """With two worker processes (Redis store), the configured head time limit reaches each
+    worker: dripped heads on several connections all get 408."""
+    svc = service_factory(
+        f"""
+[store]
+backend = "redis"
+redis_url = "redis://127.0.0.1:6379/14"
+key_prefix = "limits-{uuid.uuid4().hex}:"
+
+[limits]
+head_timeout_seconds = {HEAD_SECONDS}
+""",
+        "--workers",
+        "2",
+    )
+
+    async def dripped() -> bytes | None:
+        reader, writer = await _open(svc)
+        answer = await _drip(
+            reader, writer, _bytes(b"GET /healthz HTTP/1.1\r\nx: " + b"s" * 60), 0.1
+        )
+        writer.close()
+        return answer
+
+    answers = await asyncio.gather(*(dripped() for _ in range(8)))
+    assert [_status(a) if a is not None else None for a in answers] == [408] * 8
