@@ -3,13 +3,16 @@ refused before any model is built.
 
 Counting a few megabytes of text with tiktoken takes a second or more; on the event loop it would
 hold every other request (``/healthz`` included) that long. tiktoken releases the GIL while it
-encodes, so the assembly of a large request runs in a worker thread (``asyncio.to_thread``) while
-the loop keeps serving. Small requests, nearly all of them, are assembled on the loop: a thread
-hop would cost more than their whole assembly.
+encodes, so the assembly of a large request runs in a worker thread (``asyncio.to_thread``: the
+loop's default executor, a bounded pool) while the loop keeps serving. Small requests, nearly all
+of them, are assembled on the loop, where they take well under a millisecond: a thread hop would
+only add to their latency.
 
 A request is large when its body is over ``LARGE_BYTES`` (``parse_body`` notes it for the rest of
-the request's task) or when the block text contributed to it is over ``LARGE_BYTES`` characters
-(``assemble`` adds up the answers of the contributors it is given).
+the request's task) or when the block text of its sources is over ``LARGE_BYTES`` characters
+(``assemble`` adds up the blocks it is given, the contributors' answers included). A prepare with
+a large body also skips the groundwork it would lay on the loop while its contributors are
+awaited (``large_body``); the assembly in the thread does that work.
 
 Parsing holds the GIL (pydantic-core does not release it), so a thread would not free the loop
 while a body is parsed. What must be refused is refused first instead: a large body with more
