@@ -10,7 +10,8 @@ adds the three ``[limits]`` bounds to it, per connection:
   connection holds at most the limit plus one socket read of head;
 * ``head_timeout_seconds``: from the connection's opening (first request) or a request's first
   byte (later requests on a kept-alive connection) to the end of its head;
-* ``body_timeout_seconds``: from the end of the head to the end of the body.
+* ``body_timeout_seconds``: from the end of the head to the end of the body (for a pipelined
+  request, from when the answers before it are done: uvicorn reads no more until then).
 
 Over a time limit the answer is 408 and the connection is closed (when an answer is already
 under way on the connection, the connection is only closed). Both refusals are problem+json
@@ -132,12 +133,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(_head_too_large(self.limits))
             return
         self.head_bytes = None
-        self._arm(self.limits.body_timeout_seconds, _body_timeout)
+        self._disarm()
         super().on_headers_complete()
+        if not self.pipeline:  # served now, not waiting behind an earlier request's answer
+            self._arm(self.limits.body_timeout_seconds, _body_timeout)
 
     def on_body(self, body: bytes) -> None:
         if not self.transport.is_closing():
             super().on_body(body)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if (
+            self.head_bytes is None
+            and self.timer is None
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
+            # A pipelined request whose body is still to be read has just been started: its
+            # reading was paused while it waited, so its body time counts from now.
+            self._arm(self.limits.body_timeout_seconds, _body_timeout)
 
     def on_message_complete(self) -> None:
         if self.transport.is_closing():

@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
-from e2e_support import Service, ServiceFactory
+from e2e_support import Contributor, Service, ServiceFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -88,6 +89,17 @@ async def _drip(
 
 def _bytes(data: bytes) -> list[bytes]:
     return [bytes([byte]) for byte in data]
+
+
+async def _response(reader: asyncio.StreamReader) -> tuple[int | None, bytes]:
+    """One answer with a content-length, read off a kept-alive connection: status and body."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.lower().split(b"\r\n")
+        if b"content-length" in line
+    )
+    return _status(head), await reader.readexactly(length)
 
 
 def _status(answer: bytes) -> int | None:
@@ -227,14 +239,8 @@ async def test_a_body_dripped_after_an_early_answer_is_closed_without_a_second_a
         b"POST /v1/prepare HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n" % (9 * 1024 * 1024),
     )
-    first = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    assert _status(first) == 413
-    length = next(
-        int(line.split(b":")[1])
-        for line in first.lower().split(b"\r\n")
-        if b"content-length" in line
-    )
-    await reader.readexactly(length)
+    status, _ = await _response(reader)
+    assert status == 413
     answer = await _drip(reader, writer, [b"x"] * 40, 0.25)  # 10 s at most
     writer.close()
     assert answer == b"", repr(answer)[:80]
@@ -267,3 +273,44 @@ head_timeout_seconds = {HEAD_SECONDS}
 
     answers = await asyncio.gather(*(dripped() for _ in range(8)))
     assert [_status(a) if a is not None else None for a in answers] == [408] * 8
+
+
+async def test_a_pipelined_body_is_timed_from_when_its_request_is_served(
+    contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """A prepare pipelined behind one that takes 3 s (a slow contributor) has its body read only
+    when the first is answered (uvicorn pauses reading while a request waits): both are
+    answered 200, in order, although the wait outlasts the 2 s body time limit."""
+    svc = service_factory(
+        CONFIG + f'\n[contributors.slow]\nurl = "{contributor.url("/ok/3000/slow")}"\n'
+    )
+    slow = orjson.dumps(
+        {
+            **PREPARE,
+            "assembly": {"timeout_ms": 8000},
+            "plugins": [*PREPARE["plugins"], {"name": "slow", "instructions": "slow entries"}],
+            "contributors": [{"source": "slow", "endpoint": "slow"}],
+        }
+    )
+    fast = orjson.dumps(PREPARE)
+
+    def head(body: bytes) -> bytes:
+        return (
+            b"POST /v1/prepare HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)
+        )
+
+    reader, writer = await _open(svc)
+    # The first request is read whole and under way when the second's head comes, and the
+    # second's body comes after its head was queued (the sleeps order the three sends).
+    await _send(writer, head(slow) + slow)
+    await asyncio.sleep(0.5)
+    await _send(writer, head(fast))
+    await asyncio.sleep(0.5)
+    await _send(writer, fast)
+    first = await _response(reader)
+    second = await _response(reader)
+    writer.close()
+    assert (first[0], second[0]) == (200, 200), (first, second)
+    sources = orjson.loads(first[1])["selection"]["sources"]
+    assert {s["source"]: s["status"] for s in sources}["slow"] == "ok"
