@@ -49,23 +49,23 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         limits: LimitSettings,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.limits = limits
+        self._limits = limits
         # Bytes received of the head being read; None while no head is being read (a body).
-        self.head_bytes: int | None = 0
-        self.timer: asyncio.TimerHandle | None = None
+        self._head_bytes: int | None = 0
+        self._limit_timer: asyncio.TimerHandle | None = None
 
     def _arm(self, seconds: float, error: Callable[[LimitSettings], ServiceError]) -> None:
         self._disarm()
-        self.timer = self.loop.call_later(seconds, self._time_out, error)
+        self._limit_timer = self.loop.call_later(seconds, self._time_out, error)
 
     def _time_out(self, error: Callable[[LimitSettings], ServiceError]) -> None:
-        self.timer = None
-        self._refuse(error(self.limits))
+        self._limit_timer = None
+        self._refuse(error(self._limits))
 
     def _disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self._limit_timer is not None:
+            self._limit_timer.cancel()
+            self._limit_timer = None
 
     def _refuse(self, error: ServiceError) -> None:
         """Answer ``error`` if no other answer is under way on the connection, then close."""
@@ -73,7 +73,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         cycle = self.cycle
-        if self.head_bytes is None:
+        if self._head_bytes is None:
             # Reading a body: the refusal answers its request, unless the application has.
             may_answer = not cycle.response_started
         else:
@@ -101,7 +101,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm(self.limits.head_timeout_seconds, _head_timeout)
+        self._arm(self._limits.head_timeout_seconds, _head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -110,33 +110,33 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing():
             return  # refused: nothing more is read
-        if self.head_bytes is not None:
+        if self._head_bytes is not None:
             # The whole read counts, even the part that turns out to be body: checked only if
             # the head is still incomplete once the read is parsed.
-            self.head_bytes += len(data)
+            self._head_bytes += len(data)
         super().data_received(data)
-        if self.head_bytes is not None and self.head_bytes > self.limits.max_head_bytes:
-            self._refuse(_head_too_large(self.limits))
+        if self._head_bytes is not None and self._head_bytes > self._limits.max_head_bytes:
+            self._refuse(_head_too_large(self._limits))
 
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self.timer is None:  # a later request on a kept-alive connection
-            self._arm(self.limits.head_timeout_seconds, _head_timeout)
+        if self._limit_timer is None:  # a later request on a kept-alive connection
+            self._arm(self._limits.head_timeout_seconds, _head_timeout)
 
     def on_headers_complete(self) -> None:
         if self.transport.is_closing():
             return
         fields = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
-        if fields > self.limits.max_head_bytes:
-            self._refuse(_head_too_large(self.limits))
+        if fields > self._limits.max_head_bytes:
+            self._refuse(_head_too_large(self._limits))
             return
-        self.head_bytes = None
+        self._head_bytes = None
         self._disarm()
         super().on_headers_complete()
         if not self.pipeline:  # served now, not waiting behind an earlier request's answer
-            self._arm(self.limits.body_timeout_seconds, _body_timeout)
+            self._arm(self._limits.body_timeout_seconds, _body_timeout)
 
     def on_body(self, body: bytes) -> None:
         if not self.transport.is_closing():
@@ -145,20 +145,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if (
-            self.head_bytes is None
-            and self.timer is None
+            self._head_bytes is None
+            and self._limit_timer is None
             and not self.pipeline
             and not self.transport.is_closing()
         ):
             # A pipelined request whose body is still to be read has just been started: its
             # reading was paused while it waited, so its body time counts from now.
-            self._arm(self.limits.body_timeout_seconds, _body_timeout)
+            self._arm(self._limits.body_timeout_seconds, _body_timeout)
 
     def on_message_complete(self) -> None:
         if self.transport.is_closing():
             return
         self._disarm()
-        self.head_bytes = 0  # the next request's head
+        self._head_bytes = 0  # the next request's head
         super().on_message_complete()
 
 
