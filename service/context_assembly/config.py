@@ -112,6 +112,11 @@ class InlineUrlSettings(_Section):
 
 class LimitSettings(_Section):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # The request head (target and header fields, all together) and how long its head and its
+    # body may take to arrive: enforced per connection by ``http_limits.py``, read at start.
+    max_head_bytes: int = Field(default=64 * 1024, ge=1024, le=1024 * 1024)
+    head_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     max_contributor_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     # Contributor calls in flight at once, all contributors together (a call over it waits for
     # a free connection, within its deadline). 256: 32 concurrent prepares fanning out to eight

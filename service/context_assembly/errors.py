@@ -14,11 +14,14 @@
      ├── NotFoundError             NOT_FOUND                  404
      ├── MethodNotAllowedError     METHOD_NOT_ALLOWED         405
      ├── PayloadTooLargeError      PAYLOAD_TOO_LARGE          413
+     ├── RequestHeadTooLargeError  REQUEST_HEAD_TOO_LARGE     431
+     ├── RequestTimeoutError       REQUEST_TIMEOUT            408
      └── StoreUnavailableError     STORE_UNAVAILABLE          503
 
 Errors are plain values: they never hold block text, only ids, field paths, sizes and reasons.
-They become RFC 9457 problem+json in exactly one place (``api/problems.py``, and the CLI uses the
-same ``to_problem``).
+They become RFC 9457 problem+json in exactly one place (``api/problems.py``; the CLI and the
+connection limits of ``http_limits.py``, which answer before any application runs, use the same
+``to_problem``).
 """
 
 from __future__ import annotations
@@ -144,6 +147,22 @@ class PayloadTooLargeError(ServiceError):
     code = "PAYLOAD_TOO_LARGE"
     title = "Payload too large"
     status = 413
+
+
+class RequestHeadTooLargeError(ServiceError):
+    """The request head (target and header fields) is over the configured limit."""
+
+    code = "REQUEST_HEAD_TOO_LARGE"
+    title = "Request header fields too large"
+    status = 431
+
+
+class RequestTimeoutError(ServiceError):
+    """The request head or body did not arrive within its configured time limit."""
+
+    code = "REQUEST_TIMEOUT"
+    title = "Request timeout"
+    status = 408
 
 
 class StoreUnavailableError(ServiceError):

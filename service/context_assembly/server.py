@@ -7,6 +7,7 @@ them through the same validated path.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -17,6 +18,7 @@ from pydantic import ValidationError
 
 from context_assembly.api.app import create_app
 from context_assembly.config import Settings, load_settings
+from context_assembly.http_limits import LimitedHttpToolsProtocol
 from context_assembly.logs import configure_logging
 
 CONFIG_ENV = "CONTEXT_ASSEMBLY_CONFIG_FILE"
@@ -63,7 +65,8 @@ def _settings(config: str | None, overrides: dict[str, object]) -> Settings:
 
 
 def serve(*, host: str | None, port: int | None, config: str | None, workers: int | None) -> int:
-    """Validate the settings, then run uvicorn (uvloop + httptools, no access log)."""
+    """Validate the settings, then run uvicorn (uvloop + httptools bounded by ``[limits]``, no
+    access log)."""
     settings = _settings(config, {"host": host, "port": port, "workers": workers})
     if config is not None:
         os.environ[CONFIG_ENV] = os.path.abspath(config)
@@ -79,7 +82,9 @@ def serve(*, host: str | None, port: int | None, config: str | None, workers: in
         port=settings.server.port,
         workers=settings.server.workers,
         loop="uvloop",
-        http="httptools",
+        # uvicorn builds the protocol of each connection by calling this as it would the class
+        # (a partial pickles, for the worker processes).
+        http=functools.partial(LimitedHttpToolsProtocol, limits=settings.limits),  # type: ignore[arg-type]
         access_log=False,
         log_level="warning",
         # uvicorn hands it to asyncio.timeout, which takes seconds as a float: 0.5 is half a

@@ -100,3 +100,46 @@ def test_a_scrape_counts_every_request_answered_before_it(tmp_path: Path) -> Non
         if sample.name == "context_assembly_prepare_seconds_count"
     }
     assert counts == {"prepare": 3.0}
+
+
+async def test_a_client_gone_before_its_body_is_whole_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body cut off by a disconnect (a client that went away, or the server's body time limit)
+    runs no route: no unhandled error, no 500 in the metrics; the access line says 499."""
+    captured = structlog.testing.CapturingLogger()
+    monkeypatch.setattr(middleware, "log", captured)
+    app = create_app(load_settings(store={"path": str(tmp_path / "db.db")}))
+    metrics: Metrics = app.state.metrics
+    incoming = [
+        {"type": "http.request", "body": b'{"model": "gpt-4o-', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/prepare",
+        "raw_path": b"/v1/prepare",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8080),
+    }
+    await app(scope, receive, send)
+    assert sent == []
+    assert not [call for call in captured.calls if call.args == ("unhandled_error",)]
+    assert [line["status"] for line in _access_lines(captured)] == [499]
+    assert _sample(metrics, "context_assembly_requests_total", status="500") == 0
+    assert _sample(metrics, "context_assembly_requests_total", status="499") == 1

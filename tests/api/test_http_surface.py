@@ -471,3 +471,27 @@ def test_a_shown_name_is_printable_and_a_printable_one_is_itself(name: str) -> N
     shown = breakdown._shown(name)
     assert shown.isprintable()
     assert (shown == name) == name.isprintable()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("max_head_bytes", 1023),
+        ("max_head_bytes", 2 * 1024 * 1024),
+        ("head_timeout_seconds", 0),
+        ("head_timeout_seconds", 301),
+        ("body_timeout_seconds", 0),
+        ("body_timeout_seconds", 3601),
+    ],
+)
+def test_request_head_and_body_limits_out_of_range_are_refused(key: str, value: float) -> None:
+    """The head size and the head and body time limits are refused at start outside their
+    ranges, naming the key; the defaults are 64 KiB, 10 s and 30 s."""
+    with pytest.raises(ValueError, match=key):
+        load_settings(limits={key: value})
+    limits = load_settings().limits
+    assert (limits.max_head_bytes, limits.head_timeout_seconds, limits.body_timeout_seconds) == (
+        64 * 1024,
+        10.0,
+        30.0,
+    )

@@ -1,7 +1,8 @@
 """JSON request bodies: parsed from the raw bytes, and documented in the OpenAPI document.
 
 A route takes its body through :func:`json_body`, a FastAPI dependency that reads the bytes and
-hands them to ``model_validate_json`` (``validation.parse_model``: the CLI reads a request file
+hands them to ``model_validate_json`` (``offload.parse_body``, which skims a large body first, then
+``validation.parse_model``: the CLI reads a request file
 the same way), so the numbers, refusals and field names are pydantic-core's own and any problem
 is one ``CONTEXT_ASSEMBLY_INVALID`` problem+json naming the field. FastAPI does not see such a
 body, so :func:`documented` says it in the route's ``openapi_extra``, and
@@ -21,7 +22,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from context_assembly.errors import InvalidError
-from context_assembly.validation import invalid_from_errors, parse_model
+from context_assembly.offload import parse_body
+from context_assembly.validation import invalid_from_errors
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -47,7 +49,7 @@ def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
                 "invalid request: (body): the body must be JSON (content-type: application/json)",
                 field="(body)",
             )
-        return parse_model(model, raw)
+        return parse_body(model, raw)
 
     return parse
 

@@ -21,6 +21,9 @@ BODY = "context_assembly.body"
 # The scope key under which prepare leaves the id of the preparation it made, for the access line
 # (the lifecycle routes have theirs in the path).
 PREPARATION_ID = "context_assembly.preparation_id"
+# The status an access line and the request counter show for a request that got no answer
+# because its client disconnected first (nginx's convention).
+CLIENT_CLOSED_REQUEST = 499
 
 
 class RequestContext:
@@ -78,7 +81,8 @@ class RequestContext:
             self._account(
                 method,
                 getattr(route, "path", "unmatched"),
-                status["code"] or 500,
+                # No answer at all: the client went away before one (nginx's 499).
+                status["code"] or CLIENT_CLOSED_REQUEST,
                 round((time.perf_counter() - started) * 1000, 3),
                 request_id,
                 len(scope.get(BODY, b"")),
@@ -170,7 +174,8 @@ class BodyLimit:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
+                # The client is gone (or the server's body time limit closed the connection)
+                # before the body was whole: there is no one to answer, and nothing to run.
                 return
             chunk = message.get("body", b"")
             size += len(chunk)

@@ -24,7 +24,7 @@ from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
-from context_assembly.engine import local_time, rfc3339, run_assembly, to_response
+from context_assembly.engine import local_time, rfc3339, to_response
 from context_assembly.errors import InvalidError, StoreUnavailableError
 from context_assembly.lifecycle import (
     AccountingReport,
@@ -37,6 +37,7 @@ from context_assembly.lifecycle import (
     ValidateRequest,
     ValidateResponse,
 )
+from context_assembly.offload import assemble
 from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
@@ -115,7 +116,7 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
             attempt=1,
         )
-        assembly, ctx = run_assembly(
+        assembly, ctx = await assemble(
             request,
             setups,
             collected.inputs,
@@ -148,7 +149,7 @@ class Preparations:
         setups = plan_sources(request)
         self.contributors.split(tenant, request.contributors)  # raises as prepare would
         inputs = materialised_inputs(request, setups)
-        assembly, ctx = run_assembly(
+        assembly, ctx = await assemble(
             request,
             setups,
             inputs,
@@ -222,7 +223,7 @@ class Preparations:
             attempt=2,
             model=data["model"],
         )
-        assembly, ctx = run_assembly(
+        assembly, ctx = await assemble(
             request,
             setups,
             collected.inputs,

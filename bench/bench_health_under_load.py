@@ -1,0 +1,142 @@
+"""Benchmark: how long ``/healthz`` waits while one large request is being served.
+
+A real ``context-assembly serve`` process on loopback; a client process sends one large request
+while another connection asks ``/healthz`` back to back. Printed for each kind of request: the
+large request's time and status, and the health checks answered meanwhile (count, p50, slowest).
+The target: the slowest health check is a small fraction of the large request's time.
+
+Kinds:
+
+* ``input-4mb``: a prepare whose input is one 4 MB string (token counting dominates);
+* ``blocks-250k``: a prepare contributing 250,000 small blocks (6.9 MB), refused for
+  ``max_blocks``.
+
+Bounded: one large request per kind and round, loopback only, the process stopped at the end.
+Run: ``.venv/bin/python bench/bench_health_under_load.py [rounds]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def input_4mb(salt: int) -> bytes:
+    """A new text each round (``salt``): the service's count cache would answer a repeat."""
+    words = " ".join(f"word{salt}-{i % 9973}" for i in range(500_000))[: 4 * 1024 * 1024]
+    return orjson.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "instructions": "Be exact.",
+            "input": [{"role": "user", "content": words}],
+        }
+    )
+
+
+def blocks_250k() -> bytes:
+    blocks = [{"id": f"b{i}", "text": "some words"} for i in range(250_000)]
+    return orjson.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "instructions": "Be exact.",
+            "plugins": [{"name": "mem", "instructions": "entries"}],
+            "contributions": [{"source": "mem", "revision": 1, "blocks": blocks}],
+            "input": [{"role": "user", "content": "hello"}],
+        }
+    )
+
+
+async def measure(base: str, body: bytes) -> tuple[float, int, list[float]]:
+    """The large request's seconds and status, and each health check's seconds meanwhile."""
+    done = asyncio.Event()
+    health: list[float] = []
+
+    async def poll(client: httpx.AsyncClient) -> None:
+        while not done.is_set():
+            started = time.perf_counter()
+            response = await client.get("/healthz")
+            response.raise_for_status()
+            health.append(time.perf_counter() - started)
+
+    async with (
+        httpx.AsyncClient(base_url=base, timeout=60) as big,
+        httpx.AsyncClient(base_url=base, timeout=60) as small,
+    ):
+        await small.get("/healthz")
+        poller = asyncio.create_task(poll(small))
+        await asyncio.sleep(0.05)  # the poller's loop is running
+        started = time.perf_counter()
+        response = await big.post(
+            "/v1/prepare", content=body, headers={"content-type": "application/json"}
+        )
+        took = time.perf_counter() - started
+        done.set()
+        await poller
+    return took, response.status_code, health
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "config.toml"
+        db = Path(folder) / "bench.db"
+        config.write_text(
+            f'[store]\npath = "{db}"\n[limits]\nmax_body_bytes = {16 * 1024 * 1024}\n'
+        )
+        proc = subprocess.Popen(
+            [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
+            stderr=subprocess.DEVNULL,
+            env={**os.environ},
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            for _ in range(200):  # 10 s at most
+                try:
+                    if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            blocks = blocks_250k()
+            print(
+                f"{'kind':<12} {'request s':>10} {'status':>6} {'checks':>6} "
+                f"{'p50 ms':>8} {'max ms':>8} {'max/request':>11}"
+            )
+            for salt in range(rounds):
+                kinds = {"input-4mb": input_4mb(salt), "blocks-250k": blocks}
+                for kind, body in kinds.items():
+                    took, status, health = asyncio.run(measure(base, body))
+                    slowest = max(health)
+                    print(
+                        f"{kind:<12} {took:>10.3f} {status:>6} {len(health):>6} "
+                        f"{statistics.median(health) * 1000:>8.1f} {slowest * 1000:>8.1f} "
+                        f"{slowest / took:>11.2f}"
+                    )
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()
