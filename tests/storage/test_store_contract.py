@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from storage_support import RecordFactory, StoreFactory
@@ -394,3 +395,48 @@ def test_records_refuse_missing_owner_or_unbounded_expiry() -> None:
         PreparationRecord(id="p", tenant="", data={}, expires_at=1.0)
     with pytest.raises(ValueError):
         PreparationRecord(id="p", tenant="acme", data={}, expires_at=float("inf"))
+
+
+async def test_latest_points_at_the_last_put_of_a_key_for_its_tenant_only(
+    store_factory: StoreFactory, make_record: RecordFactory, now: float
+) -> None:
+    """``put(..., latest_of=k)`` makes the record the latest of ``k``, seen by another instance
+    on the same backing (a replica); other keys, other tenants and puts without ``latest_of``
+    do not move it."""
+    first, second = await store_factory(), await store_factory()
+    key, other_key = f"k-{uuid.uuid4().hex}", f"k-{uuid.uuid4().hex}"
+    assert await second.latest("acme", key, now) is None
+    one, two = make_record(), make_record()
+    await first.put(one, latest_of=key)
+    assert await second.latest("acme", key, now) == one.id
+    await second.put(two, latest_of=key)
+    await first.put(make_record(), latest_of=other_key)
+    await first.put(make_record())
+    assert await first.latest("acme", key, now) == two.id
+    assert await first.latest("globex", key, now) is None
+    await first.put(make_record(tenant="globex"), latest_of=f"g-{key}")
+    assert await first.latest("acme", f"g-{key}", now) is None
+
+
+async def test_latest_expires_with_its_record(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """The pointer lives as long as the record it names, and no longer."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record(expires_at=now + 30)
+    await store.put(record, latest_of=key)
+    assert await store.latest("acme", key, now + 29) == record.id
+    assert await store.latest("acme", key, now + 30) is None
+
+
+async def test_a_refused_put_leaves_the_latest_pointer_alone(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """A duplicate id writes nothing: not the record, not the pointer."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record()
+    await store.put(record, latest_of=key)
+    with pytest.raises(DuplicatePreparationIdError):
+        await store.put(make_record(id=record.id), latest_of=f"x-{key}")
+    assert await store.latest("acme", f"x-{key}", now) is None
+    assert await store.latest("acme", key, now) == record.id

@@ -17,6 +17,11 @@ field               value
 ``reports``         how many ``r:`` fields there are (``max_reports``); absent counts as 0
 ==================  ========================================================================
 
+The latest pointer (``put(..., latest_of=...)``) is a small hash at
+``<key_prefix>latest:<latest_of>`` (``latest_of`` is the caller's digest of tenant and scope,
+never raw values) with the fields ``tenant``, ``id`` and ``expires_at``, written by the same
+``put`` script and expiring with the record (the same ``PEXPIREAT``).
+
 Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
 keeps the key's TTL (a plain ``SET`` would drop it without ``KEEPTTL``), and the scripts never
 decode JSON (``cjson`` would reformat numbers and turn ``[]`` into ``{}``).
@@ -29,7 +34,9 @@ recreated and another tenant's id takes the same path as an unknown one: the sam
 round trip, the same reply (``get`` sends back no field of a record that is not the caller's).
 Keys name the id alone, so ``put`` refuses an id that exists under any tenant. No script touches
 the TTL (no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation
-touches exactly one key, so the layout is Redis Cluster-safe as is.
+but a ``put`` with a pointer touches exactly one key; that ``put`` writes the record and the
+pointer, two keys in different hash slots, so it needs a single Redis server (or primary), not
+Redis Cluster.
 
 Outages: short socket and connect timeouts, no client retries (claims and puts are not idempotent
 and a retry could turn a lost reply into a wrong answer), and one overall deadline per operation,
@@ -106,12 +113,19 @@ local function live(key, tenant, now)
 end
 """
 
-# KEYS[1] record; ARGV[1] absolute expiry in ms; ARGV[2..] field, value pairs. Returns 0 if the id
-# already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry.
+# KEYS[1] record, KEYS[2] (optional) latest pointer; ARGV[1] absolute expiry in ms, ARGV[2]
+# tenant, ARGV[3] id, ARGV[4] expires_at, ARGV[5..] field, value pairs. Returns 0 if the id
+# already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry
+# and, with KEYS[2], points the pointer at it with the same expiry.
 _PUT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 5))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+if KEYS[2] then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'id', ARGV[3], 'expires_at', ARGV[4])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[1])
+end
 return 1
 """
 
@@ -216,8 +230,13 @@ class RedisStore:
         except _UNAVAILABLE as err:
             raise StoreUnavailableError(f"Redis store unavailable: {type(err).__name__}") from err
 
-    async def put(self, record: PreparationRecord) -> None:
-        """Create the hash and its absolute expiry in one script; an existing id raises."""
+    def latest_key(self, latest_of: str) -> str:
+        """The Redis key holding the latest pointer of ``latest_of``."""
+        return f"{self._prefix}latest:{latest_of}"
+
+    async def put(self, record: PreparationRecord, *, latest_of: str | None = None) -> None:
+        """Create the hash and its absolute expiry (and the latest pointer) in one script; an
+        existing id raises."""
         fields: list[bytes | str] = [
             "tenant",
             record.tenant,
@@ -243,7 +262,11 @@ class RedisStore:
             fields += ["reports", str(len(record.reports))]
         # Round up so Redis never drops the key before the record is logically expired.
         expire_ms = str(math.ceil(record.expires_at * 1000))
-        created = await self._call(self._put(keys=[self.key(record.id)], args=[expire_ms, *fields]))
+        keys = [self.key(record.id)]
+        if latest_of is not None:
+            keys.append(self.latest_key(latest_of))
+        head = [expire_ms, record.tenant, record.id, repr(float(record.expires_at))]
+        created = await self._call(self._put(keys=keys, args=[*head, *fields]))
         if created != 1:
             raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
 
@@ -276,6 +299,15 @@ class RedisStore:
             ),
             reports=reports,
         )
+
+    async def latest(self, tenant: str, latest_of: str, now: float) -> str | None:
+        """One ``HMGET`` of the pointer; the tenant and ``now`` are checked here."""
+        tenant_raw, id_raw, expires_raw = await self._call(
+            self._client.hmget(self.latest_key(latest_of), ["tenant", "id", "expires_at"])
+        )
+        if tenant_raw != tenant.encode() or id_raw is None or expires_raw is None:
+            return None
+        return None if float(expires_raw) <= now else bytes(id_raw).decode()
 
     async def replace_data(
         self,
