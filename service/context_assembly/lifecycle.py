@@ -54,6 +54,9 @@ class Observation(Frozen):
     provider_input_tokens: int | None
     input_token_delta: int | None
     cached_input_tokens: int | None
+    # The cached input tokens the preparation's cache plan expects for this call (``None``: a
+    # repair call, or a report stored before the figure existed).
+    expected_cached_tokens: int | None = None
     cache_creation_input_tokens: int | None
     output_tokens: int | None
 

@@ -20,12 +20,21 @@ import httpx
 
 from context_assembly.config import Settings
 from context_assembly.contributors.ssrf import Resolver
+from context_assembly.core import cache
+from context_assembly.core.assemble import Assembly
 from context_assembly.core.fingerprint import text_hash
 from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
-from context_assembly.engine import local_time, rfc3339, run_assembly, to_response
+from context_assembly.engine import (
+    ModelContext,
+    cache_minimum,
+    local_time,
+    rfc3339,
+    run_assembly,
+    to_response,
+)
 from context_assembly.errors import InvalidError, StoreUnavailableError
 from context_assembly.lifecycle import (
     AccountingReport,
@@ -38,11 +47,13 @@ from context_assembly.lifecycle import (
     ValidateRequest,
     ValidateResponse,
 )
+from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
     REPAIR_ESTIMATE,
     Prepared,
+    message_hashes,
     new_preparation_id,
     not_found,
     record_data,
@@ -126,7 +137,19 @@ class Preparations:
             memo=self.memo,
         )
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
-        response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
+        history_hashes = message_hashes(request.history_messages)
+        before = await turns.previous(self.store, tenant, request, self.clock.wall())
+        turn = self._turn(
+            tenant,
+            request,
+            assembly,
+            ctx,
+            before,
+            history_hashes[assembly.budget.history_dropped_messages :],
+        )
+        response = to_response(
+            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, cache=turn
+        )
         prepared = Prepared.of(response, assembly)
         data = record_data(
             request,
@@ -135,11 +158,35 @@ class Preparations:
             prepared,
             answered=collected.answered(),
             used_ms=collected.used_ms,
+            history_hashes=history_hashes,
         )
+        data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
         await self.store.put(
-            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
+            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp()),
+            latest_of=turns.scope_key(tenant, request.scope),
         )
         return prepared
+
+    def _turn(
+        self,
+        tenant: str,
+        request: PrepareRequest,
+        assembly: Assembly,
+        ctx: ModelContext,
+        before: turns.Previous,
+        history_digests: list[str] | None,
+    ) -> cache.CacheTurn:
+        """The cache plan of an assembled turn and its comparison with ``before``."""
+        return cache.turn(
+            request,
+            assembly,
+            model=ctx.model,
+            minimum=cache_minimum(request, ctx, self.registry),
+            tenant=tenant,
+            previous_preparation_id=before.id,
+            previous=before.digests,
+            history_digests=history_digests,
+        )
 
     async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
         """The budget of what is already materialisable: no contributor is called. The request
@@ -213,6 +260,11 @@ class Preparations:
         if reasons:
             raise stale(reasons, prep_id, hint=REFRESH_HINT)
         data = record.data
+        # A refresh is the same turn: the original's ``cache`` object and previous turn.
+        request = request.model_copy(update={"cache": turns.stored_options(data)})
+        before = await turns.load(
+            self.store, tenant, turns.stored_previous(data), self.clock.wall()
+        )
         setups = plan_sources(request)
         collected = await self.contributors.collect(
             tenant,
@@ -234,8 +286,15 @@ class Preparations:
             memo=self.memo,
         )
         expires = datetime.fromtimestamp(record.expires_at, UTC)
+        turn = self._turn(tenant, request, assembly, ctx, before, None)
         response = to_response(
-            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
+            request,
+            assembly,
+            ctx,
+            preparation_id=prep_id,
+            expires_at=expires,
+            attempt=2,
+            cache=turn,
         )
         prepared = Prepared.of(response, assembly)
         new_data = record_data(
@@ -247,6 +306,7 @@ class Preparations:
             used_ms=float(data["used_ms"]) + collected.used_ms,
             history_hashes=data["history_hashes"],
         )
+        new_data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
         await self._replace(tenant, record, new_data, keep=(REPAIR_ESTIMATE,))
         return prepared
 
@@ -335,6 +395,7 @@ class Preparations:
             body.call,
             body.report_id,
             rfc3339(self.clock.now()),
+            expected_cached_tokens=None if body.call == "repair" else turns.expected_of(data),
         )
         slot: Slot = "auxiliary" if body.call == "repair" else "last"
         limit = self.settings.limits.max_usage_reports

@@ -302,12 +302,16 @@ class RedisStore:
 
     async def latest(self, tenant: str, latest_of: str, now: float) -> str | None:
         """One ``HMGET`` of the pointer; the tenant and ``now`` are checked here."""
-        tenant_raw, id_raw, expires_raw = await self._call(
-            self._client.hmget(self.latest_key(latest_of), ["tenant", "id", "expires_at"])
+        # decode_responses=False, so the values are bytes.
+        tenant_raw, id_raw, expires_raw = cast(
+            list[bytes | None],
+            await self._call(
+                self._client.hmget(self.latest_key(latest_of), ["tenant", "id", "expires_at"])
+            ),
         )
         if tenant_raw != tenant.encode() or id_raw is None or expires_raw is None:
             return None
-        return None if float(expires_raw) <= now else bytes(id_raw).decode()
+        return None if float(expires_raw) <= now else id_raw.decode()
 
     async def replace_data(
         self,
