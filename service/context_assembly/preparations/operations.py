@@ -42,6 +42,8 @@ from context_assembly.lifecycle import (
     PreparationView,
     RepairRequest,
     RepairResponse,
+    Timeline,
+    TimelineTurn,
     UsageRequest,
     UsageResponse,
     ValidateRequest,
@@ -233,6 +235,12 @@ class Preparations:
             }
         )
 
+    async def timeline(self, tenant: str, prep_id: str) -> Timeline:
+        """The preparation and the turns before it in its scope (``turns.chain``)."""
+        record = await self._record(tenant, prep_id)
+        chain = await turns.chain(self.store, record, self.clock.wall())
+        return Timeline(preparation_id=prep_id, turns=[_timeline_turn(r) for r in chain])
+
     async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
         timeout_ms = self.settings.limits.validate_timeout_ms
         return await revision_reasons(self.contributors, tenant, record, timeout_ms)
@@ -414,6 +422,32 @@ class Preparations:
             _usage_response(prep_id, data, result.accounting),
             applied=result.status == "applied",
         )
+
+
+def _timeline_turn(record: PreparationRecord) -> TimelineTurn:
+    data = record.data
+    part = turns.part_of(data) or {}
+    report = part.get("report") or {}
+    created = part.get("created_at")
+    last = record.accounting.last
+    return TimelineTurn.model_validate(
+        {
+            "preparation_id": record.id,
+            "created_at": None
+            if created is None
+            else rfc3339(datetime.fromtimestamp(float(created), UTC)),
+            "model": data["model"],
+            "render": data["render"],
+            "layout": data["response"]["layout"],
+            "total_input_tokens": data["estimated_input_tokens"],
+            "previous_preparation_id": part.get("previous_preparation_id"),
+            "prefix_kept": report.get("prefix_kept"),
+            "first_change": report.get("first_change"),
+            "cacheable_tokens": report.get("cacheable_tokens"),
+            "expected_cached_tokens": part.get("expected_cached_tokens"),
+            "cached_input_tokens": None if last is None else last.get("cached_input_tokens"),
+        }
+    )
 
 
 def _accounting(data: Mapping[str, Any], accounting: Accounting) -> AccountingReport:
