@@ -370,3 +370,40 @@ def test_timeline_lists_the_turns_of_the_scope(make_client: AppFactory) -> None:
     breakdown = client.get(f"/v1/preparations/{ids[4]}/breakdown", headers={"accept": "text/html"})
     assert 'href="timeline"' in breakdown.text
     assert client.get("/v1/preparations/prep_unknown/timeline").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("cache", "field"),
+    [
+        ({"ttl": "2h"}, "cache.ttl"),
+        ({"breakpoints": "yes"}, "cache.breakpoints"),
+        ({"retention": "forever"}, "cache.retention"),
+        ({"previous_preparation_id": "not an id"}, "cache.previous_preparation_id"),
+        ({"key": ""}, "cache.key"),
+    ],
+)
+def test_invalid_cache_values_are_a_422_naming_the_field(
+    make_client: AppFactory, cache: dict[str, Any], field: str
+) -> None:
+    response = make_client().post("/v1/prepare", json=body(cache=cache))
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert [e["loc"] for e in response.json()["errors"]] == [field]
+
+
+def test_without_cache_the_answer_is_unchanged_but_the_turn_is_recorded(
+    make_client: AppFactory,
+) -> None:
+    """A request without ``cache`` gets no ``selection.cache`` and no directives, yet its
+    record keeps the turn: the next turn with ``cache`` is compared with it."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    fields = body(cache=None)
+    plain = post(client, "/v1/prepare", fields)
+    assert "cache" not in plain["selection"] and markers(plain["frame"]) == []
+    stored = client.get(f"/v1/preparations/{plain['preparation_id']}").json()
+    assert "cache" not in stored["selection"]
+    wall.now += 60
+    later = post(client, "/v1/prepare", {**fields, "cache": {"breakpoints": True}})
+    assert later["selection"]["cache"]["previous_preparation_id"] == plain["preparation_id"]
+    assert later["selection"]["cache"]["prefix_kept"] is True
