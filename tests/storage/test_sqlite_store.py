@@ -151,7 +151,8 @@ async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
         assert got is not None and got.data == {}
         record = PreparationRecord(id="prep_new", tenant="acme", data={}, expires_at=now + 60)
         await store.put(record, latest_of="k")
-        assert await store.latest("acme", "k", now) == "prep_new"
+        latest = await store.latest("acme", "k", now)
+        assert latest is not None and latest.id == "prep_new"
     finally:
         await store.aclose()
     check = sqlite3.connect(path)

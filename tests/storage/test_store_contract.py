@@ -11,6 +11,7 @@ from storage_support import RecordFactory, StoreFactory
 from context_assembly.storage import (
     Accounting,
     DuplicatePreparationIdError,
+    Latest,
     PreparationRecord,
     Store,
     UsageResult,
@@ -407,12 +408,14 @@ async def test_latest_points_at_the_last_put_of_a_key_for_its_tenant_only(
     key, other_key = f"k-{uuid.uuid4().hex}", f"k-{uuid.uuid4().hex}"
     assert await second.latest("acme", key, now) is None
     one, two = make_record(), make_record()
-    await first.put(one, latest_of=key)
-    assert await second.latest("acme", key, now) == one.id
+    await first.put(one, latest_of=key, latest_data={"turn": 1, "digests": ["a", "b"]})
+    assert await second.latest("acme", key, now) == Latest(
+        one.id, {"turn": 1, "digests": ["a", "b"]}
+    )
     await second.put(two, latest_of=key)
-    await first.put(make_record(), latest_of=other_key)
+    await first.put(make_record(), latest_of=other_key, latest_data={"turn": 9})
     await first.put(make_record())
-    assert await first.latest("acme", key, now) == two.id
+    assert await first.latest("acme", key, now) == Latest(two.id, {})
     assert await first.latest("globex", key, now) is None
     await first.put(make_record(tenant="globex"), latest_of=f"g-{key}")
     assert await first.latest("acme", f"g-{key}", now) is None
@@ -425,7 +428,7 @@ async def test_latest_expires_with_its_record(
     key = f"k-{uuid.uuid4().hex}"
     record = make_record(expires_at=now + 30)
     await store.put(record, latest_of=key)
-    assert await store.latest("acme", key, now + 29) == record.id
+    assert await store.latest("acme", key, now + 29) == Latest(record.id, {})
     assert await store.latest("acme", key, now + 30) is None
 
 
@@ -439,4 +442,4 @@ async def test_a_refused_put_leaves_the_latest_pointer_alone(
     with pytest.raises(DuplicatePreparationIdError):
         await store.put(make_record(id=record.id), latest_of=f"x-{key}")
     assert await store.latest("acme", f"x-{key}", now) is None
-    assert await store.latest("acme", key, now) == record.id
+    assert await store.latest("acme", key, now) == Latest(record.id, {})

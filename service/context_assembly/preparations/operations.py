@@ -166,6 +166,7 @@ class Preparations:
         await self.store.put(
             PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp()),
             latest_of=turns.scope_key(tenant, request.scope),
+            latest_data=data[turns.CACHE],
         )
         return prepared
 

@@ -11,7 +11,9 @@ Previous turn (``previous``)
     values), and the pointer expires with the record it names. ``previous_preparation_id:
     null`` is a first turn. An id is looked up for the same tenant; when no live record of the
     tenant has it (unknown, expired or another tenant's, which look the same), the turn is
-    compared with nothing: ``selection.cache`` names the id with ``prefix_kept: null``.
+    compared with nothing: ``selection.cache`` names the id with ``prefix_kept: null``. The
+    pointer carries the latest turn's ``"cache"`` field (below), so that a prepare finds its
+    previous turn in one small read.
 
 Record (``record_part``)
     Every preparation's record keeps, under ``"cache"``: the request's ``cache`` object (``None``
@@ -51,29 +53,23 @@ def scope_key(tenant: str, scope: Scope) -> str:
     return digest([tenant, scope.model_dump(mode="json")]).removeprefix("sha256:")
 
 
-@dataclass(frozen=True, slots=True)
-class Previous:
-    """The turn a preparation is compared with: ``id`` as ``selection.cache`` names it, and its
-    record when one of the tenant's is live (``None``: compared with nothing)."""
-
-    id: str | None
-    record: PreparationRecord | None
-
-    @property
-    def part(self) -> Mapping[str, Any] | None:
-        """The previous record's ``"cache"`` field (``None``: none, or a record without it)."""
-        return None if self.record is None else part_of(self.record.data)
-
-    @property
-    def digests(self) -> PrefixDigests | None:
-        part = self.part
-        return None if part is None else PrefixDigests.from_record(part["digests"])
-
-
 def part_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A record's ``"cache"`` field, ``None`` for a record made before it existed."""
     part = data.get(CACHE)
     return part if isinstance(part, Mapping) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The turn a preparation is compared with: ``id`` as ``selection.cache`` names it, and the
+    ``"cache"`` field of its record (``None``: compared with nothing)."""
+
+    id: str | None
+    part: Mapping[str, Any] | None
+
+    @property
+    def digests(self) -> PrefixDigests | None:
+        return None if self.part is None else PrefixDigests.from_record(self.part["digests"])
 
 
 FIRST_TURN: Final = Previous(None, None)
@@ -83,18 +79,18 @@ async def load(store: Store, tenant: str, prep_id: str | None, now: float) -> Pr
     """The turn ``prep_id`` names (``FIRST_TURN`` for ``None``)."""
     if prep_id is None:
         return FIRST_TURN
-    return Previous(prep_id, await store.get(tenant, prep_id, now))
+    record = await store.get(tenant, prep_id, now)
+    return Previous(prep_id, None if record is None else part_of(record.data))
 
 
 async def previous(store: Store, tenant: str, request: PrepareRequest, now: float) -> Previous:
-    """The previous turn of a new preparation (rules in the module doc)."""
+    """The previous turn of a new preparation (rules in the module doc). The scope's pointer
+    carries the latest turn's ``"cache"`` field, so finding it reads no record."""
     options = request.cache
     if options is not None and options.previous_given:
         return await load(store, tenant, options.previous_preparation_id, now)
-    found = await load(
-        store, tenant, await store.latest(tenant, scope_key(tenant, request.scope), now), now
-    )
-    return found if found.record is not None else FIRST_TURN
+    latest = await store.latest(tenant, scope_key(tenant, request.scope), now)
+    return FIRST_TURN if latest is None else Previous(latest.id, latest.data)
 
 
 def record_part(

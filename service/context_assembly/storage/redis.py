@@ -19,7 +19,7 @@ field               value
 
 The latest pointer (``put(..., latest_of=...)``) is a small hash at
 ``<key_prefix>latest:<latest_of>`` (``latest_of`` is the caller's digest of tenant and scope,
-never raw values) with the fields ``tenant``, ``id`` and ``expires_at``, written by the same
+never raw values) with the fields ``tenant``, ``id``, ``expires_at`` and ``data`` (``latest_data``), written by the same
 ``put`` script and expiring with the record (the same ``PEXPIREAT``).
 
 Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
@@ -71,6 +71,7 @@ from context_assembly.storage.base import (
     Accounting,
     ClaimResult,
     DuplicatePreparationIdError,
+    Latest,
     Observation,
     PreparationRecord,
     Slot,
@@ -114,16 +115,17 @@ end
 """
 
 # KEYS[1] record, KEYS[2] (optional) latest pointer; ARGV[1] absolute expiry in ms, ARGV[2]
-# tenant, ARGV[3] id, ARGV[4] expires_at, ARGV[5..] field, value pairs. Returns 0 if the id
+# tenant, ARGV[3] id, ARGV[4] expires_at, ARGV[5] pointer data, ARGV[6..] field, value pairs. Returns 0 if the id
 # already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry
 # and, with KEYS[2], points the pointer at it with the same expiry.
 _PUT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 if KEYS[2] then
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'id', ARGV[3], 'expires_at', ARGV[4])
+  redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'id', ARGV[3], 'expires_at', ARGV[4],
+             'data', ARGV[5])
   redis.call('PEXPIREAT', KEYS[2], ARGV[1])
 end
 return 1
@@ -234,7 +236,13 @@ class RedisStore:
         """The Redis key holding the latest pointer of ``latest_of``."""
         return f"{self._prefix}latest:{latest_of}"
 
-    async def put(self, record: PreparationRecord, *, latest_of: str | None = None) -> None:
+    async def put(
+        self,
+        record: PreparationRecord,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
+    ) -> None:
         """Create the hash and its absolute expiry (and the latest pointer) in one script; an
         existing id raises."""
         fields: list[bytes | str] = [
@@ -265,7 +273,13 @@ class RedisStore:
         keys = [self.key(record.id)]
         if latest_of is not None:
             keys.append(self.latest_key(latest_of))
-        head = [expire_ms, record.tenant, record.id, repr(float(record.expires_at))]
+        head: list[bytes | str] = [
+            expire_ms,
+            record.tenant,
+            record.id,
+            repr(float(record.expires_at)),
+            dump_object(latest_data or {}),
+        ]
         created = await self._call(self._put(keys=keys, args=[*head, *fields]))
         if created != 1:
             raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
@@ -300,18 +314,22 @@ class RedisStore:
             reports=reports,
         )
 
-    async def latest(self, tenant: str, latest_of: str, now: float) -> str | None:
+    async def latest(self, tenant: str, latest_of: str, now: float) -> Latest | None:
         """One ``HMGET`` of the pointer; the tenant and ``now`` are checked here."""
         # decode_responses=False, so the values are bytes.
-        tenant_raw, id_raw, expires_raw = cast(
+        tenant_raw, id_raw, expires_raw, data_raw = cast(
             list[bytes | None],
             await self._call(
-                self._client.hmget(self.latest_key(latest_of), ["tenant", "id", "expires_at"])
+                self._client.hmget(
+                    self.latest_key(latest_of), ["tenant", "id", "expires_at", "data"]
+                )
             ),
         )
         if tenant_raw != tenant.encode() or id_raw is None or expires_raw is None:
             return None
-        return None if float(expires_raw) <= now else id_raw.decode()
+        if float(expires_raw) <= now or data_raw is None:
+            return None
+        return Latest(id_raw.decode(), load_object(data_raw))
 
     async def replace_data(
         self,

@@ -25,8 +25,9 @@ Schema (``PRAGMA user_version`` = 2; a version 1 file gains the ``latest`` table
   ``data`` and the two observations are orjson bytes (observations NULL until reported).
 - ``usage_reports(preparation_id, report_id, answer)``, PK ``(preparation_id, report_id)``;
   ``answer`` is the ``[last, auxiliary]`` JSON answered for that report.
-- ``latest(tenant, scope_key, preparation_id, expires_at)``, PK ``(tenant, scope_key)``: the
-  pointer ``put(..., latest_of=...)`` writes in the record's transaction, with its expiry.
+- ``latest(tenant, scope_key, preparation_id, expires_at, data)``, PK ``(tenant, scope_key)``:
+  the pointer ``put(..., latest_of=...)`` writes in the record's transaction, with its expiry
+  and ``latest_data`` (orjson bytes).
 
 Every lookup is one primary-key read that also matches the tenant and the expiry
 (``id = ? AND tenant = ? AND expires_at > ?``), so another tenant's id and an unknown id take the
@@ -48,6 +49,7 @@ from context_assembly.storage.base import (
     Accounting,
     ClaimResult,
     DuplicatePreparationIdError,
+    Latest,
     Observation,
     PreparationRecord,
     Slot,
@@ -98,6 +100,7 @@ _LATEST = """
         scope_key      TEXT NOT NULL,
         preparation_id TEXT NOT NULL,
         expires_at     REAL NOT NULL,
+        data           BLOB NOT NULL,
         PRIMARY KEY (tenant, scope_key)
     ) WITHOUT ROWID
 """
@@ -185,7 +188,13 @@ class SqliteStore:
                 raise StoreUnavailableError("the SQLite store is closed") from err
             raise
 
-    async def put(self, record: PreparationRecord, *, latest_of: str | None = None) -> None:
+    async def put(
+        self,
+        record: PreparationRecord,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
+    ) -> None:
         """Insert a new record, its reports and (with ``latest_of``) the latest pointer in one
         transaction, committed when this returns; an existing id (whatever its tenant) raises
         ``DuplicatePreparationIdError``."""
@@ -206,6 +215,15 @@ class SqliteStore:
             )
             for report_id, answer in record.reports.items()
         ]
+        pointer = None
+        if latest_of is not None:
+            pointer = (
+                record.tenant,
+                latest_of,
+                record.id,
+                float(record.expires_at),
+                dump_object(latest_data or {}),
+            )
 
         def insert(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -218,11 +236,11 @@ class SqliteStore:
                 "INSERT INTO usage_reports (preparation_id, report_id, answer) VALUES (?, ?, ?)",
                 reports,
             )
-            if latest_of is not None:
+            if pointer is not None:
                 conn.execute(
-                    "INSERT OR REPLACE INTO latest (tenant, scope_key, preparation_id, expires_at)"
-                    " VALUES (?, ?, ?, ?)",
-                    (record.tenant, latest_of, record.id, float(record.expires_at)),
+                    "INSERT OR REPLACE INTO latest"
+                    " (tenant, scope_key, preparation_id, expires_at, data) VALUES (?, ?, ?, ?, ?)",
+                    pointer,
                 )
 
         try:
@@ -267,18 +285,19 @@ class SqliteStore:
 
         return await self._run(read)
 
-    async def latest(self, tenant: str, latest_of: str, now: float) -> str | None:
+    async def latest(self, tenant: str, latest_of: str, now: float) -> Latest | None:
         """One primary-key read of the pointer, live at ``now``."""
 
-        def read(conn: sqlite3.Connection) -> str | None:
+        def read(conn: sqlite3.Connection) -> tuple[str, bytes] | None:
             row = conn.execute(
-                "SELECT preparation_id FROM latest"
+                "SELECT preparation_id, data FROM latest"
                 " WHERE tenant = ? AND scope_key = ? AND expires_at > ?",
                 (tenant, latest_of, now),
             ).fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else (str(row[0]), row[1])
 
-        return await self._run(read)
+        found = await self._run(read)
+        return None if found is None else Latest(found[0], load_object(found[1]))
 
     async def replace_data(
         self,
