@@ -407,3 +407,24 @@ def test_without_cache_the_answer_is_unchanged_but_the_turn_is_recorded(
     later = post(client, "/v1/prepare", {**fields, "cache": {"breakpoints": True}})
     assert later["selection"]["cache"]["previous_preparation_id"] == plain["preparation_id"]
     assert later["selection"]["cache"]["prefix_kept"] is True
+
+
+def test_the_turn_after_a_refresh_is_compared_with_the_refreshed_frame(
+    make_client: AppFactory,
+) -> None:
+    """A refresh that appended a message to the history is what was sent: the next turn,
+    whose history leaves that message out, does not keep its prefix."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    fields = body()
+    first = post(client, "/v1/prepare", fields)
+    history = [{"role": "user", "content": "question 0"}, {"role": "assistant", "content": "a"}]
+    refreshed_history = [*history, {"role": "user", "content": "a tool result"}]
+    path = f"/v1/preparations/{first['preparation_id']}/refresh"
+    post(client, path, {**fields, "history": refreshed_history})
+    wall.now += 60
+    after = post(client, "/v1/prepare", {**fields, "history": [*history, *history]})
+    report = after["selection"]["cache"]
+    assert report["previous_preparation_id"] == first["preparation_id"]
+    assert report["prefix_kept"] is False
+    assert report["first_change"] == {"part": "history", "index": 2}

@@ -443,3 +443,30 @@ async def test_a_refused_put_leaves_the_latest_pointer_alone(
         await store.put(make_record(id=record.id), latest_of=f"x-{key}")
     assert await store.latest("acme", f"x-{key}", now) is None
     assert await store.latest("acme", key, now) == Latest(record.id, {})
+
+
+async def test_replace_data_moves_the_pointer_data_only_while_it_names_the_record(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """A successful ``replace_data`` with ``latest_of`` replaces the pointer's data when the
+    pointer names that record; a refused swap, or a pointer a later ``put`` moved, is left
+    alone."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record()
+    await store.put(record, latest_of=key, latest_data={"turn": 1})
+    assert not await store.replace_data(
+        "acme", record.id, {"v": 2}, now, expected_version=7, latest_of=key, latest_data={"t": 0}
+    )
+    assert await store.latest("acme", key, now) == Latest(record.id, {"turn": 1})
+    assert await store.replace_data(
+        "acme", record.id, {"v": 2}, now, latest_of=key, latest_data={"turn": 2}
+    )
+    assert await store.latest("acme", key, now) == Latest(record.id, {"turn": 2})
+    later = make_record()
+    await store.put(later, latest_of=key, latest_data={"turn": 3})
+    assert await store.replace_data(
+        "acme", record.id, {"v": 3}, now, latest_of=key, latest_data={"turn": 4}
+    )
+    assert await store.latest("acme", key, now) == Latest(later.id, {"turn": 3})
+    got = await store.get("acme", record.id, now)
+    assert got is not None and got.data == {"v": 3}

@@ -316,7 +316,13 @@ class Preparations:
             history_hashes=data["history_hashes"],
         )
         new_data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
-        await self._replace(tenant, record, new_data, keep=(REPAIR_ESTIMATE,))
+        await self._replace(
+            tenant,
+            record,
+            new_data,
+            keep=(REPAIR_ESTIMATE,),
+            latest_of=turns.scope_key(tenant, request.scope),
+        )
         return prepared
 
     async def _replace(
@@ -325,9 +331,11 @@ class Preparations:
         record: PreparationRecord,
         new_data: Mapping[str, Any],
         keep: tuple[str, ...] = (),
+        latest_of: str | None = None,
     ) -> None:
         """Write ``new_data`` over ``record`` by compare and set; when another call wrote in
-        between, carry its ``keep`` fields over and write again over what it left."""
+        between, carry its ``keep`` fields over and write again over what it left. With
+        ``latest_of`` the scope's pointer, while it names the record, takes the new turn."""
         current = record
         for _ in range(WRITE_ATTEMPTS):
             data = dict(new_data)
@@ -337,7 +345,13 @@ class Preparations:
                 else:
                     data.pop(name, None)
             if await self.store.replace_data(
-                tenant, record.id, data, self.clock.wall(), expected_version=current.version
+                tenant,
+                record.id,
+                data,
+                self.clock.wall(),
+                expected_version=current.version,
+                latest_of=latest_of,
+                latest_data=data.get(turns.CACHE),
             ):
                 return
             current = await self._record(tenant, record.id)

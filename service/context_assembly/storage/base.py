@@ -151,11 +151,16 @@ class Store(Protocol):
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
         """Swap in new ``data`` and bump ``version``, keeping the expiry.
 
         ``False`` when the record is missing/expired/another tenant's, or when
-        ``expected_version`` is given and differs from the stored version.
+        ``expected_version`` is given and differs from the stored version. With ``latest_of``,
+        a successful swap also replaces the pointer's ``latest_data`` in the same write, when
+        the pointer still names this record (a later ``put`` has moved it otherwise).
         """
         ...
 

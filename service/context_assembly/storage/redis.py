@@ -141,14 +141,18 @@ return redis.call('HGETALL', KEYS[1])
 """
 )
 
-# KEYS[1] record; ARGV tenant, now, data, expected version ('' = any).
-# Returns -1 missing/expired/other tenant, 0 version mismatch, else the new version.
+# KEYS[1] record, KEYS[2] (optional) latest pointer; ARGV tenant, now, data, expected version
+# ('' = any), and with KEYS[2] the id and the pointer data. Returns -1 missing/expired/other tenant, 0 version mismatch,
+# else the new version; with KEYS[2], the pointer's data is replaced when it names the id.
 _REPLACE_LUA = (
     _LIVE_LUA
     + """
 if not live(KEYS[1], ARGV[1], ARGV[2]) then return -1 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'version') ~= ARGV[4] then return 0 end
 redis.call('HSET', KEYS[1], 'data', ARGV[3])
+if KEYS[2] and redis.call('HGET', KEYS[2], 'id') == ARGV[5] then
+  redis.call('HSET', KEYS[2], 'data', ARGV[6])
+end
 return redis.call('HINCRBY', KEYS[1], 'version', 1)
 """
 )
@@ -338,14 +342,18 @@ class RedisStore:
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Compare-and-set the data in one script; the expiry is untouched."""
+        """Compare-and-set the data (and the pointer's) in one script; the expiry is untouched."""
         expected = "" if expected_version is None else str(int(expected_version))
-        result = await self._call(
-            self._replace(
-                keys=[self.key(id)], args=[tenant, repr(float(now)), dump_object(data), expected]
-            )
-        )
+        keys = [self.key(id)]
+        args: list[bytes | str] = [tenant, repr(float(now)), dump_object(data), expected]
+        if latest_of is not None:
+            keys.append(self.latest_key(latest_of))
+            args += [id, dump_object(latest_data or {})]
+        result = await self._call(self._replace(keys=keys, args=args))
         return int(result) > 0
 
     async def claim_refresh(self, tenant: str, id: str, now: float) -> ClaimResult:

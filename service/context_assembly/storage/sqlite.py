@@ -306,9 +306,14 @@ class SqliteStore:
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
-        """One conditional ``UPDATE``: new data, version + 1, expiry untouched."""
+        """One conditional ``UPDATE`` (new data, version + 1, expiry untouched) and, with
+        ``latest_of``, the pointer's data when it still names this record."""
         blob = dump_object(data)
+        pointer = None if latest_of is None else dump_object(latest_data or {})
 
         def update(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
@@ -316,7 +321,15 @@ class SqliteStore:
                 f" WHERE {_LIVE} AND (? IS NULL OR version = ?)",
                 (blob, id, tenant, now, expected_version, expected_version),
             )
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            if pointer is not None:
+                conn.execute(
+                    "UPDATE latest SET data = ?"
+                    " WHERE tenant = ? AND scope_key = ? AND preparation_id = ?",
+                    (pointer, tenant, latest_of, id),
+                )
+            return True
 
         return await self._run(functools.partial(_write, update))
 
