@@ -20,7 +20,8 @@ field               value
 The latest pointer (``put(..., latest_of=...)``) is a small hash at
 ``<key_prefix>latest:<latest_of>`` (``latest_of`` is the caller's digest of tenant and scope,
 never raw values) with the fields ``tenant``, ``id``, ``expires_at`` and ``data`` (``latest_data``), written by the same
-``put`` script and expiring with the record (the same ``PEXPIREAT``).
+``put`` script and expiring with the record (the same ``PEXPIREAT``); ``replace_data`` with
+``latest_of`` replaces its ``data`` in its own script while ``id`` names the record.
 
 Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
 keeps the key's TTL (a plain ``SET`` would drop it without ``KEEPTTL``), and the scripts never
