@@ -6,7 +6,11 @@ answer (``run_assembly`` with the process memo, as a repeated turn in the servic
 ``to_response`` and its JSON) without ``cache``, and with it (plus ``core.cache.turn`` against
 the previous turn's digests, given the history's digests as the record has them), interleaved in
 rounds; and the extra time as a share of the first.
-The service adds its HTTP layer and the store to both, so its share of a whole prepare is lower.
+
+Then the same through the app (in-process ASGI as ``bench_inprocess.py``, a SQLite file): the
+p50 of a whole inline prepare without ``cache`` and with it, in interleaved rounds. Every
+prepare, with ``cache`` or without, looks up the scope's previous turn and keeps the turn in its
+record; what ``cache`` adds is its directives and ``selection.cache`` in the answer.
 
 Run: ``.venv/bin/python bench/bench_cache.py [--n 2000]``.
 """
@@ -14,8 +18,12 @@ Run: ``.venv/bin/python bench/bench_cache.py [--n 2000]``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -25,12 +33,17 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_inprocess import p50 as app_p50
 from bench_service import inline_request
 
+from context_assembly.api.app import create_app
+from context_assembly.config import load_settings
 from context_assembly.core import cache
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import cache_minimum, run_assembly, to_response
+from context_assembly.logs import configure_logging
+from context_assembly.server import tune_gc
 from context_assembly.tokens.registry import ModelRegistry
 
 NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
@@ -131,7 +144,41 @@ def main(n: int) -> None:
         )
 
 
+async def app_figures(n: int) -> None:
+    """The whole inline prepare through the app, without and with ``cache`` (see the doc)."""
+    folder = tempfile.mkdtemp(prefix="ca-bench-")
+    app = create_app(load_settings(store={"path": os.path.join(folder, "bench.db")}))
+    try:
+        async with app.router.lifespan_context(app):
+            tune_gc()  # as the server's factory does in a serving process
+            print("app prepare, in-process, SQLite file (p50 of interleaved rounds):")
+            for render, (model, options) in TARGETS.items():
+                bodies = {
+                    "without": [request_body(model, render, None)],
+                    "with": [request_body(model, render, options)],
+                }
+                for variant in bodies.values():
+                    await app_p50(app, variant, 200)  # warm up
+                rounds: dict[str, list[float]] = {"without": [], "with": []}
+                for _ in range(6):
+                    for name, variant in bodies.items():
+                        rounds[name].append(await app_p50(app, variant, n // 6))
+                without, with_cache = (statistics.median(rounds[k]) for k in ("without", "with"))
+                print(
+                    f"  {render:<12} without cache {without:6.3f} ms  with cache {with_cache:6.3f} ms"
+                    f"  extra {(with_cache - without) * 1000:6.1f} µs"
+                    f" ({(with_cache / without - 1) * 100:+.1f}%)"
+                )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000, help="calls per variant")
-    main(parser.parse_args().n)
+    n = parser.parse_args().n
+    main(n)
+    # As `context-assembly serve` logs (JSON lines on stderr), to a sink: the figures stay readable.
+    sys.stderr = open(os.devnull, "w")
+    configure_logging("info")
+    asyncio.run(app_figures(n))

@@ -8,7 +8,7 @@ from pydantic import Field, StrictStr
 
 from context_assembly.core.frame import Frame
 from context_assembly.core.request import Frozen, JsonObject, Scope
-from context_assembly.core.result import BudgetReport, SelectionReport
+from context_assembly.core.result import BudgetReport, FirstChange, SelectionReport
 from context_assembly.core.usage import CallKind, Provider
 
 
@@ -54,6 +54,9 @@ class Observation(Frozen):
     provider_input_tokens: int | None
     input_token_delta: int | None
     cached_input_tokens: int | None
+    # The cached input tokens the preparation's cache plan expects for this call (``None``: a
+    # repair call, or a report stored before the figure existed).
+    expected_cached_tokens: int | None = None
     cache_creation_input_tokens: int | None
     output_tokens: int | None
 
@@ -95,3 +98,29 @@ class BudgetResponse(Frozen):
     budget: BudgetReport
     selection: SelectionReport
     pending_sources: list[str]
+
+
+class TimelineTurn(Frozen):
+    """One preparation of a timeline: its figures and how its prefix compared with the one
+    before (``prefix_kept``/``first_change`` as in ``selection.cache``)."""
+
+    preparation_id: str
+    created_at: str | None
+    model: str
+    render: str
+    layout: str
+    total_input_tokens: int
+    previous_preparation_id: str | None
+    prefix_kept: bool | None
+    first_change: FirstChange | None
+    cacheable_tokens: int | None
+    expected_cached_tokens: int | None
+    cached_input_tokens: int | None
+
+
+class Timeline(Frozen):
+    """``GET /v1/preparations/{id}/timeline``: the preparation and those before it in the same
+    scope, oldest first (at most 50, the newest)."""
+
+    preparation_id: str
+    turns: list[TimelineTurn]

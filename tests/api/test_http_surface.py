@@ -468,7 +468,7 @@ def test_breakdown_shows_hostile_names_escaped_on_their_own_lines(make_client: A
 
 @given(st.text())
 def test_a_shown_name_is_printable_and_a_printable_one_is_itself(name: str) -> None:
-    shown = breakdown._shown(name)
+    shown = breakdown.shown(name)
     assert shown.isprintable()
     assert (shown == name) == name.isprintable()
 

@@ -137,6 +137,10 @@ class TestAsyncRoundTrip:
         assert prep.preparation_id in text
         assert "<html" in html.lower()
         assert "<html" not in text.lower()
+        timeline = await aclient.timeline(prep.preparation_id)
+        assert [t.preparation_id for t in timeline.turns][-1] == prep.preparation_id
+        assert timeline.turns[-1].cached_input_tokens == 64
+        assert first.accounting.last.expected_cached_tokens == 0
 
     async def test_refresh_twice_is_stale_with_reasons(self, aclient: AsyncClient) -> None:
         """A second refresh raises StaleError carrying the problem's reasons (refresh_used)."""

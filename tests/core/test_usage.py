@@ -531,6 +531,7 @@ def test_accounting_observation_fields_and_delta() -> None:
         call="main",
         report_id="r-1",
         observed_at="2025-01-01T00:00:00Z",
+        expected_cached_tokens=0,
     )
     assert observation == {
         "provider": "anthropic",
@@ -540,6 +541,7 @@ def test_accounting_observation_fields_and_delta() -> None:
         "provider_input_tokens": 1040,
         "input_token_delta": -60,
         "cached_input_tokens": 1000,
+        "expected_cached_tokens": 0,
         "cache_creation_input_tokens": 0,
         "output_tokens": 12,
     }

@@ -158,3 +158,49 @@ def test_redis_outage_gives_503_fast_and_recovers(
             assert client.post("/v1/prepare", json=prepare_body()).status_code == 200
     finally:
         stop(redis)
+
+
+def test_turns_alternating_between_replicas_find_the_previous_turn(
+    service_factory: ServiceFactory,
+) -> None:
+    """The previous-turn pointer lives in Redis: turn N on replica A, turn N+1 on replica B,
+    and every turn after the first keeps the prefix of the one before (found, not named)."""
+    prefix = f"ca-e2e-{secrets.token_hex(4)}:"
+    config = redis_config("redis://127.0.0.1:6379/14", prefix)
+    cleanup = redis_lib.Redis.from_url("redis://127.0.0.1:6379/14")
+    try:
+        replicas = [service_factory(config), service_factory(config)]
+        fields: dict[str, Any] = {
+            **prepare_body(),
+            "model": "claude-sonnet-4-5",
+            "render": "anthropic",
+            "assembly": {"layout": "stable-prefix"},
+            "scope": {"task_id": f"t-{secrets.token_hex(4)}"},
+            "cache": {"breakpoints": True},
+            "history": [],
+        }
+        reports, ids = [], []
+        with httpx.Client(timeout=5) as client:
+            for number in range(6):
+                replica = replicas[number % 2]
+                answer = client.post(f"{replica.base}/v1/prepare", json=fields)
+                assert answer.status_code == 200, answer.text
+                reports.append(answer.json()["selection"]["cache"])
+                ids.append(answer.json()["preparation_id"])
+                fields["history"] = [
+                    *fields["history"],
+                    {"role": "user", "content": f"question {number}"},
+                    {"role": "assistant", "content": f"answer {number}"},
+                ]
+            timeline = client.get(
+                f"{replicas[0].base}/v1/preparations/{ids[-1]}/timeline",
+                headers={"accept": "application/json"},
+            )
+        assert reports[0]["prefix_kept"] is None
+        assert [r["previous_preparation_id"] for r in reports[1:]] == ids[:-1]
+        assert all(r["prefix_kept"] is True for r in reports[1:])
+        assert [t["preparation_id"] for t in timeline.json()["turns"]] == ids
+    finally:
+        for key in cleanup.scan_iter(f"{prefix}*"):
+            cleanup.delete(key)
+        cleanup.close()

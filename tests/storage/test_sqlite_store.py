@@ -10,8 +10,18 @@ import pytest
 from storage_support import RecordFactory
 
 from context_assembly.errors import StoreUnavailableError
-from context_assembly.storage import Accounting, DuplicatePreparationIdError, open_store
-from context_assembly.storage.sqlite import SCHEMA_VERSION, SqliteStore, wal_multiprocess_safe
+from context_assembly.storage import (
+    Accounting,
+    DuplicatePreparationIdError,
+    PreparationRecord,
+    open_store,
+)
+from context_assembly.storage.sqlite import (
+    _SCHEMA,
+    SCHEMA_VERSION,
+    SqliteStore,
+    wal_multiprocess_safe,
+)
 
 OBS = {"provider": "openai", "call": "main", "provider_input_tokens": 10}
 
@@ -118,6 +128,36 @@ async def test_file_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(StoreUnavailableError, match="schema version"):
         await open_store("sqlite", path=path)
+
+
+async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
+    tmp_path: Path, now: float
+) -> None:
+    """A file written before the latest pointer existed opens as version 2 with its records."""
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO preparations (id, tenant, expires_at, data) VALUES (?, ?, ?, ?)",
+        ("prep_old", "acme", now + 60, b"{}"),
+    )
+    conn.commit()
+    conn.close()
+    store = await open_store("sqlite", path=path)
+    try:
+        got = await store.get("acme", "prep_old", now)
+        assert got is not None and got.data == {}
+        record = PreparationRecord(id="prep_new", tenant="acme", data={}, expires_at=now + 60)
+        await store.put(record, latest_of="k")
+        latest = await store.latest("acme", "k", now)
+        assert latest is not None and latest.id == "prep_new"
+    finally:
+        await store.aclose()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    check.close()
 
 
 @pytest.mark.parametrize(

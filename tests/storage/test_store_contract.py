@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from storage_support import RecordFactory, StoreFactory
@@ -10,6 +11,7 @@ from storage_support import RecordFactory, StoreFactory
 from context_assembly.storage import (
     Accounting,
     DuplicatePreparationIdError,
+    Latest,
     PreparationRecord,
     Store,
     UsageResult,
@@ -394,3 +396,77 @@ def test_records_refuse_missing_owner_or_unbounded_expiry() -> None:
         PreparationRecord(id="p", tenant="", data={}, expires_at=1.0)
     with pytest.raises(ValueError):
         PreparationRecord(id="p", tenant="acme", data={}, expires_at=float("inf"))
+
+
+async def test_latest_points_at_the_last_put_of_a_key_for_its_tenant_only(
+    store_factory: StoreFactory, make_record: RecordFactory, now: float
+) -> None:
+    """``put(..., latest_of=k)`` makes the record the latest of ``k``, seen by another instance
+    on the same backing (a replica); other keys, other tenants and puts without ``latest_of``
+    do not move it."""
+    first, second = await store_factory(), await store_factory()
+    key, other_key = f"k-{uuid.uuid4().hex}", f"k-{uuid.uuid4().hex}"
+    assert await second.latest("acme", key, now) is None
+    one, two = make_record(), make_record()
+    await first.put(one, latest_of=key, latest_data={"turn": 1, "digests": ["a", "b"]})
+    assert await second.latest("acme", key, now) == Latest(
+        one.id, {"turn": 1, "digests": ["a", "b"]}
+    )
+    await second.put(two, latest_of=key)
+    await first.put(make_record(), latest_of=other_key, latest_data={"turn": 9})
+    await first.put(make_record())
+    assert await first.latest("acme", key, now) == Latest(two.id, {})
+    assert await first.latest("globex", key, now) is None
+    await first.put(make_record(tenant="globex"), latest_of=f"g-{key}")
+    assert await first.latest("acme", f"g-{key}", now) is None
+
+
+async def test_latest_expires_with_its_record(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """The pointer lives as long as the record it names, and no longer."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record(expires_at=now + 30)
+    await store.put(record, latest_of=key)
+    assert await store.latest("acme", key, now + 29) == Latest(record.id, {})
+    assert await store.latest("acme", key, now + 30) is None
+
+
+async def test_a_refused_put_leaves_the_latest_pointer_alone(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """A duplicate id writes nothing: not the record, not the pointer."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record()
+    await store.put(record, latest_of=key)
+    with pytest.raises(DuplicatePreparationIdError):
+        await store.put(make_record(id=record.id), latest_of=f"x-{key}")
+    assert await store.latest("acme", f"x-{key}", now) is None
+    assert await store.latest("acme", key, now) == Latest(record.id, {})
+
+
+async def test_replace_data_moves_the_pointer_data_only_while_it_names_the_record(
+    store: Store, make_record: RecordFactory, now: float
+) -> None:
+    """A successful ``replace_data`` with ``latest_of`` replaces the pointer's data when the
+    pointer names that record; a refused swap, or a pointer a later ``put`` moved, is left
+    alone."""
+    key = f"k-{uuid.uuid4().hex}"
+    record = make_record()
+    await store.put(record, latest_of=key, latest_data={"turn": 1})
+    assert not await store.replace_data(
+        "acme", record.id, {"v": 2}, now, expected_version=7, latest_of=key, latest_data={"t": 0}
+    )
+    assert await store.latest("acme", key, now) == Latest(record.id, {"turn": 1})
+    assert await store.replace_data(
+        "acme", record.id, {"v": 2}, now, latest_of=key, latest_data={"turn": 2}
+    )
+    assert await store.latest("acme", key, now) == Latest(record.id, {"turn": 2})
+    later = make_record()
+    await store.put(later, latest_of=key, latest_data={"turn": 3})
+    assert await store.replace_data(
+        "acme", record.id, {"v": 3}, now, latest_of=key, latest_data={"turn": 4}
+    )
+    assert await store.latest("acme", key, now) == Latest(later.id, {"turn": 3})
+    got = await store.get("acme", record.id, now)
+    assert got is not None and got.data == {"v": 3}

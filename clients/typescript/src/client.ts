@@ -31,6 +31,7 @@ import type {
   PrepareResponse,
   RepairRequest,
   RepairResponse,
+  Timeline,
   UsageRequest,
   UsageResponse,
   ValidateRequest,
@@ -225,6 +226,11 @@ export class ContextAssemblyClient {
       },
       rest,
     );
+  }
+
+  /** `GET /v1/preparations/{id}/timeline`: the turns of the preparation's scope, oldest first. */
+  timeline(preparationId: string, options?: RequestOptions): Promise<Timeline> {
+    return this.#json({ method: "GET", path: this.#prep(preparationId, "/timeline"), retrySafe: true }, options);
   }
 
   /** `GET /v1/models`: the capacity registry. */

@@ -238,6 +238,7 @@ export interface Observation {
   cache_creation_input_tokens: number | null;
   cached_input_tokens: number | null;
   call: "main" | "wrap_up" | "repair";
+  expected_cached_tokens?: number | null;
   input_token_delta: number | null;
   observed_at: string;
   output_tokens: number | null;
@@ -463,6 +464,34 @@ export interface SourceReport {
 export interface TextPart {
   text: string;
   type: "text";
+}
+
+/**
+ * `GET /v1/preparations/{id}/timeline`: the preparation and those before it in the same
+ * scope, oldest first (at most 50, the newest).
+ */
+export interface Timeline {
+  preparation_id: string;
+  turns: TimelineTurn[];
+}
+
+/**
+ * One preparation of a timeline: its figures and how its prefix compared with the one
+ * before (`prefix_kept`/`first_change` as in `selection.cache`).
+ */
+export interface TimelineTurn {
+  cacheable_tokens: number | null;
+  cached_input_tokens: number | null;
+  created_at: string | null;
+  expected_cached_tokens: number | null;
+  first_change: FirstChange | null;
+  layout: string;
+  model: string;
+  prefix_kept: boolean | null;
+  preparation_id: string;
+  previous_preparation_id: string | null;
+  render: string;
+  total_input_tokens: number;
 }
 
 export interface Tool {

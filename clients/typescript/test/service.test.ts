@@ -259,6 +259,16 @@ describe("against a running service", () => {
     assert.match(html, /<html|<!doctype/i);
   });
 
+  test("timeline lists the turns of the scope, oldest first", async () => {
+    const first = await client.prepare(request());
+    const second = await client.prepare(request());
+    const timeline = await client.timeline(second.preparation_id);
+    assert.equal(timeline.preparation_id, second.preparation_id);
+    const ids = timeline.turns.map((turn) => turn.preparation_id);
+    assert.equal(ids.at(-1), second.preparation_id);
+    assert.equal(timeline.turns.at(-1)?.previous_preparation_id, first.preparation_id);
+  });
+
   test("a bad request is an InvalidRequestError naming the field", async () => {
     const error = await client.prepare(request({ model: "" })).then(
       () => assert.fail("expected an InvalidRequestError"),

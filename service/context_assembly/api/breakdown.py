@@ -90,7 +90,7 @@ def _uncertainty(view: PreparationView) -> list[str]:
     return notes
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
     """``text`` with every character ``str.isprintable`` refuses (controls, format characters
     such as bidi overrides, line and paragraph separators) written as its escape, ``\\n`` or
     ``\\u202e``: a source or block id is the caller's to choose, and must not start a line of
@@ -100,7 +100,7 @@ def _shown(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
-def _n(value: int | None) -> str:
+def count(value: int | None) -> str:
     """A count, or "-" when the provider did not report it (never Python's "None")."""
     return "-" if value is None else str(value)
 
@@ -109,7 +109,7 @@ def render_text(view: PreparationView) -> str:
     """A fixed-width text breakdown."""
     b = view.budget
     lines = [
-        f"preparation {_shown(view.preparation_id)}  model {_shown(view.model)}  layout {view.layout}  attempt {view.attempt}",
+        f"preparation {shown(view.preparation_id)}  model {shown(view.model)}  layout {view.layout}  attempt {view.attempt}",
         f"capacity {b.capacity} ({b.capacity_source})  total input {b.total_input_tokens}  "
         f"remaining {b.remaining_tokens}  data limit {b.data_limit_tokens}",
         "",
@@ -126,17 +126,17 @@ def render_text(view: PreparationView) -> str:
     )
     lines += ["", f"blocks ({len(view.selection.blocks)}):"]
     for block in view.selection.blocks:
-        needs = ", ".join(_shown(d) for d in block.dependencies)
+        needs = ", ".join(shown(d) for d in block.dependencies)
         lines.append(
             f"  {block.status:<9} {block.reason:<18} {block.tokens:>7} / {block.full_tokens:<7} "
-            f"{_shown(block.source)}/{_shown(block.id)}"
+            f"{shown(block.source)}/{shown(block.id)}"
             + ("  [protected]" if block.protected else "")
             + (f"  <- {needs}" if needs else "")
         )
     lines += ["", "sources:"]
     for source in view.selection.sources:
         lines.append(
-            f"  {_shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
+            f"  {shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
             f"{source.block_count} blocks"
         )
     lines += [
@@ -151,11 +151,12 @@ def render_text(view: PreparationView) -> str:
             lines.append(f"{name}: no usage report")
         else:
             lines.append(
-                f"{name}: {obs.provider}/{obs.call} input {_n(obs.provider_input_tokens)} "
-                f"(delta {_n(obs.input_token_delta)}) cached {_n(obs.cached_input_tokens)} "
-                f"cache-creation {_n(obs.cache_creation_input_tokens)} output {_n(obs.output_tokens)}"
+                f"{name}: {obs.provider}/{obs.call} input {count(obs.provider_input_tokens)} "
+                f"(delta {count(obs.input_token_delta)}) cached {count(obs.cached_input_tokens)} "
+                f"(expected {count(obs.expected_cached_tokens)}) cache-creation {count(obs.cache_creation_input_tokens)} output {count(obs.output_tokens)}"
             )
-    lines += [f"note: {_shown(n)}" for n in _uncertainty(view)]
+    lines += [f"note: {shown(n)}" for n in _uncertainty(view)]
+    lines.append(f"turns of this scope: GET /v1/preparations/{shown(view.preparation_id)}/timeline")
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +185,7 @@ def render_html(view: PreparationView) -> str:
     b = view.budget
 
     def e(text: str) -> str:
-        return escape(_shown(text))
+        return escape(shown(text))
 
     parts = _window(view)
     # The window as one stacked bar: each part's width is its share of the capacity, but a
@@ -226,11 +227,12 @@ def render_html(view: PreparationView) -> str:
     acc_rows = "".join(
         f"<tr><td>{name}</td>"
         + (
-            "<td colspan=6>no usage report</td>"
+            "<td colspan=7>no usage report</td>"
             if obs is None
-            else f"<td>{e(obs.provider)}/{e(obs.call)}</td><td class=n>{_n(obs.provider_input_tokens)}</td>"
-            f"<td class=n>{_n(obs.input_token_delta)}</td><td class=n>{_n(obs.cached_input_tokens)}</td>"
-            f"<td class=n>{_n(obs.cache_creation_input_tokens)}</td><td class=n>{_n(obs.output_tokens)}</td>"
+            else f"<td>{e(obs.provider)}/{e(obs.call)}</td><td class=n>{count(obs.provider_input_tokens)}</td>"
+            f"<td class=n>{count(obs.input_token_delta)}</td><td class=n>{count(obs.cached_input_tokens)}</td>"
+            f"<td class=n>{count(obs.expected_cached_tokens)}</td>"
+            f"<td class=n>{count(obs.cache_creation_input_tokens)}</td><td class=n>{count(obs.output_tokens)}</td>"
         )
         + "</tr>"
         for name, obs in (("last", acc.last), ("auxiliary", acc.auxiliary))
@@ -251,6 +253,7 @@ remaining {b.remaining_tokens} · data limit {b.data_limit_tokens}</p>
 <h2>Sources</h2><table id=sources><tr><th>source</th><th>kind</th><th>status</th><th>ms</th><th>blocks</th></tr>{source_rows}</table>
 <h2>Cache and accounting</h2><p>prefix {e(view.prefix_hash)} ({view.prefix_tokens} tokens)<br>input {e(view.input_hash)}<br>
 estimated input tokens {acc.estimated_input_tokens}</p>
-<table id=accounting><tr><th></th><th>call</th><th>provider input</th><th>delta</th><th>cached</th><th>cache creation</th><th>output</th></tr>{acc_rows}</table>
+<table id=accounting><tr><th></th><th>call</th><th>provider input</th><th>delta</th><th>cached</th><th>expected cached</th><th>cache creation</th><th>output</th></tr>{acc_rows}</table>
+<p><a id=timeline href="timeline">Timeline of this scope's turns</a></p>
 </body></html>
 """

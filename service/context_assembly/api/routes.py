@@ -18,6 +18,8 @@ from context_assembly.api.breakdown import render_html, render_text
 from context_assembly.api.middleware import PREPARATION_ID
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
 from context_assembly.api.reload import reload_settings
+from context_assembly.api.timeline import render_html as timeline_html
+from context_assembly.api.timeline import render_text as timeline_text
 from context_assembly.config import Settings
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import PrepareResponse
@@ -33,6 +35,7 @@ from context_assembly.lifecycle import (
     PreparationView,
     RepairRequest,
     RepairResponse,
+    Timeline,
     UsageRequest,
     UsageResponse,
     ValidateRequest,
@@ -264,14 +267,53 @@ async def breakdown(
     return PlainTextResponse(render_text(view), headers=vary)
 
 
+@v1.get(
+    "/preparations/{preparation_id}/timeline",
+    response_model=Timeline,
+    responses={
+        200: {"content": {"text/html": {}, "text/plain": {}}},
+        **_problems(401, 404, 503),
+    },
+    name="get_timeline",
+)
+async def timeline(
+    preparation_id: str, request: Request, tenant: Tenant, service: Service
+) -> Response:
+    """The preparation and those before it in its scope (up to 50, oldest first): total input,
+    prefix kept, first change, expected and reported cached tokens per turn. JSON with
+    ``Accept: application/json``, HTML for browsers (with an SVG chart), else text."""
+    view = await service.timeline(tenant, preparation_id)
+    vary = {"vary": "Accept"}
+    accept = request.headers.get("accept", "")
+    if wants_json(accept):
+        response = json_response(view)
+        response.headers.update(vary)
+        return response
+    if wants_html(accept):
+        return HTMLResponse(timeline_html(view), headers=vary)
+    return PlainTextResponse(timeline_text(view), headers=vary)
+
+
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+def wants_json(accept: str) -> bool:
+    """Whether an ``Accept`` header prefers JSON to HTML and plain text (a tie answers text)."""
+    html, text, json = _qualities(accept)
+    return json > 0 and json > max(html, text)
 
 
 def wants_html(accept: str) -> bool:
     """Whether an ``Accept`` header prefers HTML to plain text (RFC 9110 §12.5.1): the highest
     quality wins, ``q=0`` refuses, media types are case-insensitive, and a tie (``*/*`` or
     none) answers plain text, the form a terminal or script reads."""
-    html = text = 0.0
+    html, text, _ = _qualities(accept)
+    return html > 0 and html > text
+
+
+def _qualities(accept: str) -> tuple[float, float, float]:
+    """The highest quality an ``Accept`` header gives HTML, plain text and JSON."""
+    html = text = json = 0.0
     for item in accept.split(","):
         media, *params = (part.strip() for part in item.split(";"))
         quality = 1.0
@@ -287,7 +329,9 @@ def wants_html(accept: str) -> bool:
             html = max(html, quality)
         elif media in {"text/plain", "text/*"}:
             text = max(text, quality)
-    return html > 0 and html > text
+        elif media == "application/json":
+            json = max(json, quality)
+    return html, text, json
 
 
 class ModelInfo(BaseModel):

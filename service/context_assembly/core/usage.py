@@ -334,12 +334,16 @@ def accounting_observation(
     call: CallKind,
     report_id: str,
     observed_at: str,
+    *,
+    expected_cached_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The accounting record of one usage report (SPEC §3.3 ``last`` / ``auxiliary``).
 
     ``input_token_delta`` is provider minus estimate for the same frame (positive: the service
     under-estimated), ``None`` when the provider did not report its input. ``observed_at`` comes
-    in from the caller: the core reads no clock.
+    in from the caller: the core reads no clock. ``expected_cached_tokens`` is the preparation's
+    (``core.cache.expected_cached_tokens``), shown beside the provider's ``cached_input_tokens``;
+    ``None`` for a repair call and for a preparation made before the figure existed.
     """
     provider_input = normalized.provider_input_tokens
     return {
@@ -352,6 +356,7 @@ def accounting_observation(
             None if provider_input is None else provider_input - estimated_input_tokens
         ),
         "cached_input_tokens": normalized.cached_input_tokens,
+        "expected_cached_tokens": expected_cached_tokens,
         "cache_creation_input_tokens": normalized.cache_creation_input_tokens,
         "output_tokens": normalized.output_tokens,
     }

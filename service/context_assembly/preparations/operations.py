@@ -19,12 +19,14 @@ from typing import Any, Final
 from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
+from context_assembly.core import cache
+from context_assembly.core.assemble import Assembly
 from context_assembly.core.fingerprint import text_hash
 from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
-from context_assembly.engine import local_time, rfc3339, to_response
+from context_assembly.engine import ModelContext, cache_minimum, local_time, rfc3339, to_response
 from context_assembly.errors import InvalidError, StoreUnavailableError
 from context_assembly.lifecycle import (
     AccountingReport,
@@ -32,17 +34,21 @@ from context_assembly.lifecycle import (
     PreparationView,
     RepairRequest,
     RepairResponse,
+    Timeline,
+    TimelineTurn,
     UsageRequest,
     UsageResponse,
     ValidateRequest,
     ValidateResponse,
 )
 from context_assembly.offload import assemble
+from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
     REPAIR_ESTIMATE,
     Prepared,
+    message_hashes,
     new_preparation_id,
     not_found,
     record_data,
@@ -126,7 +132,19 @@ class Preparations:
             memo=self.memo,
         )
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
-        response = to_response(request, assembly, ctx, preparation_id=prep_id, expires_at=expires)
+        history_hashes = message_hashes(request.history_messages)
+        before = await turns.previous(self.store, tenant, request, self.clock.wall())
+        turn = self._turn(
+            tenant,
+            request,
+            assembly,
+            ctx,
+            before,
+            history_hashes[assembly.budget.history_dropped_messages :],
+        )
+        response = to_response(
+            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, cache=turn
+        )
         prepared = Prepared.of(response, assembly)
         data = record_data(
             request,
@@ -135,11 +153,36 @@ class Preparations:
             prepared,
             answered=collected.answered(),
             used_ms=collected.used_ms,
+            history_hashes=history_hashes,
         )
+        data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
         await self.store.put(
-            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp())
+            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp()),
+            latest_of=turns.scope_key(tenant, request.scope),
+            latest_data=data[turns.CACHE],
         )
         return prepared
+
+    def _turn(
+        self,
+        tenant: str,
+        request: PrepareRequest,
+        assembly: Assembly,
+        ctx: ModelContext,
+        before: turns.Previous,
+        history_digests: list[str] | None,
+    ) -> cache.CacheTurn:
+        """The cache plan of an assembled turn and its comparison with ``before``."""
+        return cache.turn(
+            request,
+            assembly,
+            model=ctx.model,
+            minimum=cache_minimum(request, ctx, self.registry),
+            tenant=tenant,
+            previous_preparation_id=before.id,
+            previous=before.digests,
+            history_digests=history_digests,
+        )
 
     async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
         """The budget of what is already materialisable: no contributor is called. The request
@@ -186,6 +229,12 @@ class Preparations:
             }
         )
 
+    async def timeline(self, tenant: str, prep_id: str) -> Timeline:
+        """The preparation and the turns before it in its scope (``turns.chain``)."""
+        record = await self._record(tenant, prep_id)
+        chain = await turns.chain(self.store, record, self.clock.wall())
+        return Timeline(preparation_id=prep_id, turns=[_timeline_turn(r) for r in chain])
+
     async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
         timeout_ms = self.settings.limits.validate_timeout_ms
         return await revision_reasons(self.contributors, tenant, record, timeout_ms)
@@ -213,6 +262,11 @@ class Preparations:
         if reasons:
             raise stale(reasons, prep_id, hint=REFRESH_HINT)
         data = record.data
+        # A refresh is the same turn: the original's ``cache`` object and previous turn.
+        request = request.model_copy(update={"cache": turns.stored_options(data)})
+        before = await turns.load(
+            self.store, tenant, turns.stored_previous(data), self.clock.wall()
+        )
         setups = plan_sources(request)
         collected = await self.contributors.collect(
             tenant,
@@ -234,8 +288,15 @@ class Preparations:
             memo=self.memo,
         )
         expires = datetime.fromtimestamp(record.expires_at, UTC)
+        turn = self._turn(tenant, request, assembly, ctx, before, None)
         response = to_response(
-            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, attempt=2
+            request,
+            assembly,
+            ctx,
+            preparation_id=prep_id,
+            expires_at=expires,
+            attempt=2,
+            cache=turn,
         )
         prepared = Prepared.of(response, assembly)
         new_data = record_data(
@@ -247,7 +308,14 @@ class Preparations:
             used_ms=float(data["used_ms"]) + collected.used_ms,
             history_hashes=data["history_hashes"],
         )
-        await self._replace(tenant, record, new_data, keep=(REPAIR_ESTIMATE,))
+        new_data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
+        await self._replace(
+            tenant,
+            record,
+            new_data,
+            keep=(REPAIR_ESTIMATE,),
+            latest_of=turns.scope_key(tenant, request.scope),
+        )
         return prepared
 
     async def _replace(
@@ -256,9 +324,11 @@ class Preparations:
         record: PreparationRecord,
         new_data: Mapping[str, Any],
         keep: tuple[str, ...] = (),
+        latest_of: str | None = None,
     ) -> None:
         """Write ``new_data`` over ``record`` by compare and set; when another call wrote in
-        between, carry its ``keep`` fields over and write again over what it left."""
+        between, carry its ``keep`` fields over and write again over what it left. With
+        ``latest_of`` the scope's pointer, while it names the record, takes the new turn."""
         current = record
         for _ in range(WRITE_ATTEMPTS):
             data = dict(new_data)
@@ -268,7 +338,13 @@ class Preparations:
                 else:
                     data.pop(name, None)
             if await self.store.replace_data(
-                tenant, record.id, data, self.clock.wall(), expected_version=current.version
+                tenant,
+                record.id,
+                data,
+                self.clock.wall(),
+                expected_version=current.version,
+                latest_of=latest_of,
+                latest_data=data.get(turns.CACHE),
             ):
                 return
             current = await self._record(tenant, record.id)
@@ -335,6 +411,7 @@ class Preparations:
             body.call,
             body.report_id,
             rfc3339(self.clock.now()),
+            expected_cached_tokens=None if body.call == "repair" else turns.expected_of(data),
         )
         slot: Slot = "auxiliary" if body.call == "repair" else "last"
         limit = self.settings.limits.max_usage_reports
@@ -353,6 +430,32 @@ class Preparations:
             _usage_response(prep_id, data, result.accounting),
             applied=result.status == "applied",
         )
+
+
+def _timeline_turn(record: PreparationRecord) -> TimelineTurn:
+    data = record.data
+    part = turns.part_of(data) or {}
+    report = part.get("report") or {}
+    created = part.get("created_at")
+    last = record.accounting.last
+    return TimelineTurn.model_validate(
+        {
+            "preparation_id": record.id,
+            "created_at": None
+            if created is None
+            else rfc3339(datetime.fromtimestamp(float(created), UTC)),
+            "model": data["model"],
+            "render": data["render"],
+            "layout": data["response"]["layout"],
+            "total_input_tokens": data["estimated_input_tokens"],
+            "previous_preparation_id": part.get("previous_preparation_id"),
+            "prefix_kept": report.get("prefix_kept"),
+            "first_change": report.get("first_change"),
+            "cacheable_tokens": report.get("cacheable_tokens"),
+            "expected_cached_tokens": part.get("expected_cached_tokens"),
+            "cached_input_tokens": None if last is None else last.get("cached_input_tokens"),
+        }
+    )
 
 
 def _accounting(data: Mapping[str, Any], accounting: Accounting) -> AccountingReport:

@@ -8,7 +8,8 @@ the accounting. Never block bodies, instructions, history or input.
 
 Refresh needs the host-side parts of the request to lay the frame out again, and the record does
 not keep them; so the refresh body is the whole edited prepare request, and the record keeps the
-*shape hash* of everything refresh must find unchanged (all but history, input and render).
+*shape hash* of everything refresh must find unchanged (all but history, input, render and
+``cache``, which a refresh takes from the record).
 """
 
 from __future__ import annotations
@@ -94,14 +95,15 @@ def stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:
 def _shape_exclude(request: PrepareRequest) -> set[str]:
     # A single-model request leaves the routing fields out, so its hash is what it was before
     # they existed (records stored by an older replica still refresh).
-    exclude = {"history", "input", "render"}
+    # ``cache`` is left out: a refresh keeps the original's cache object (the record's).
+    exclude = {"history", "input", "render", "cache"}
     if request.models is None:
         exclude |= {"models", "routing"}
     return exclude
 
 
 def shape_hash(request: PrepareRequest, digests: Mapping[str, bytes] | None = None) -> str:
-    """Hash of everything refresh must find unchanged (all but history, input and render).
+    """Hash of everything refresh must find unchanged (all but history, input, render, ``cache``).
 
     SHA-256 over the canonical JSON (sorted keys) of the request without its contributions, a
     newline, then each contribution's fields and the SHA-256 of its blocks (``blocks_digest``)

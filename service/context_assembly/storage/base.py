@@ -12,6 +12,10 @@ Rules every backend keeps (the contract suite in ``tests/storage`` checks them a
   path (the same queries or commands, the same round trips), so timing does not tell them apart.
 - Nothing ever (re)creates a record except ``put``; an update on a missing or expired record
   changes nothing.
+- ``put(record, latest_of=key, latest_data=...)`` also makes the record the latest of ``key`` (a
+  digest naming a tenant and scope, never raw values) in the same transaction, with a small
+  JSON object of the caller's, the pointer expiring with the record; ``latest`` reads both back
+  for the record's tenant only, while the record is live.
 - No update moves the expiry.
 - ``claim_refresh`` succeeds at most once per record, even with concurrent callers on different
   replicas.
@@ -92,6 +96,14 @@ class PreparationRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Latest:
+    """A latest pointer: the record's id and the small object ``put`` kept with it."""
+
+    id: str
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class UsageResult:
     """The outcome of ``record_usage``; ``accounting`` is ``None`` when ``status`` is ``missing``
     or ``full``."""
@@ -106,10 +118,26 @@ class Store(Protocol):
     Every method may raise ``StoreUnavailableError`` when the backend cannot be reached in time.
     """
 
-    async def put(self, record: PreparationRecord) -> None:
+    async def put(
+        self,
+        record: PreparationRecord,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
+    ) -> None:
         """Create ``record``, expiring at its ``expires_at``. When it returns the record is
         stored (committed, visible to every process and replica sharing the backing); an id that
-        already exists, whatever its tenant, raises ``DuplicatePreparationIdError`` first."""
+        already exists, whatever its tenant, raises ``DuplicatePreparationIdError`` first.
+
+        With ``latest_of`` the record becomes the latest of that key (see ``latest``), with
+        ``latest_data`` (``{}`` when not given), in the same write; the pointer expires with the
+        record."""
+        ...
+
+    async def latest(self, tenant: str, latest_of: str, now: float) -> Latest | None:
+        """The last record ``put`` with ``latest_of`` by ``tenant`` (its id and the
+        ``latest_data`` given with it), while that record is live at ``now``; ``None``
+        otherwise (never another tenant's)."""
         ...
 
     async def get(self, tenant: str, id: str, now: float) -> PreparationRecord | None:
@@ -123,11 +151,16 @@ class Store(Protocol):
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
         """Swap in new ``data`` and bump ``version``, keeping the expiry.
 
         ``False`` when the record is missing/expired/another tenant's, or when
-        ``expected_version`` is given and differs from the stored version.
+        ``expected_version`` is given and differs from the stored version. With ``latest_of``,
+        a successful swap also replaces the pointer's ``latest_data`` in the same write, when
+        the pointer still names this record (a later ``put`` has moved it otherwise).
         """
         ...
 

@@ -17,6 +17,12 @@ field               value
 ``reports``         how many ``r:`` fields there are (``max_reports``); absent counts as 0
 ==================  ========================================================================
 
+The latest pointer (``put(..., latest_of=...)``) is a small hash at
+``<key_prefix>latest:<latest_of>`` (``latest_of`` is the caller's digest of tenant and scope,
+never raw values) with the fields ``tenant``, ``id``, ``expires_at`` and ``data`` (``latest_data``), written by the same
+``put`` script and expiring with the record (the same ``PEXPIREAT``); ``replace_data`` with
+``latest_of`` replaces its ``data`` in its own script while ``id`` names the record.
+
 Why a hash and not one JSON string: each update rewrites only the fields it changes and ``HSET``
 keeps the key's TTL (a plain ``SET`` would drop it without ``KEEPTTL``), and the scripts never
 decode JSON (``cjson`` would reformat numbers and turn ``[]`` into ``{}``).
@@ -29,7 +35,9 @@ recreated and another tenant's id takes the same path as an unknown one: the sam
 round trip, the same reply (``get`` sends back no field of a record that is not the caller's).
 Keys name the id alone, so ``put`` refuses an id that exists under any tenant. No script touches
 the TTL (no ``PERSIST``, no ``EXPIRE``), so updates keep the record's own expiry. Every operation
-touches exactly one key, so the layout is Redis Cluster-safe as is.
+but a ``put`` with a pointer touches exactly one key; that ``put`` writes the record and the
+pointer, two keys in different hash slots, so it needs a single Redis server (or primary), not
+Redis Cluster.
 
 Outages: short socket and connect timeouts, no client retries (claims and puts are not idempotent
 and a retry could turn a lost reply into a wrong answer), and one overall deadline per operation,
@@ -64,6 +72,7 @@ from context_assembly.storage.base import (
     Accounting,
     ClaimResult,
     DuplicatePreparationIdError,
+    Latest,
     Observation,
     PreparationRecord,
     Slot,
@@ -106,12 +115,20 @@ local function live(key, tenant, now)
 end
 """
 
-# KEYS[1] record; ARGV[1] absolute expiry in ms; ARGV[2..] field, value pairs. Returns 0 if the id
-# already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry.
+# KEYS[1] record, KEYS[2] (optional) latest pointer; ARGV[1] absolute expiry in ms, ARGV[2]
+# tenant, ARGV[3] id, ARGV[4] expires_at, ARGV[5] pointer data, ARGV[6..] field, value pairs. Returns 0 if the id
+# already exists (EXISTS ignores logically expired keys), else creates the hash with its expiry
+# and, with KEYS[2], points the pointer at it with the same expiry.
 _PUT_LUA = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+if KEYS[2] then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'id', ARGV[3], 'expires_at', ARGV[4],
+             'data', ARGV[5])
+  redis.call('PEXPIREAT', KEYS[2], ARGV[1])
+end
 return 1
 """
 
@@ -125,14 +142,18 @@ return redis.call('HGETALL', KEYS[1])
 """
 )
 
-# KEYS[1] record; ARGV tenant, now, data, expected version ('' = any).
-# Returns -1 missing/expired/other tenant, 0 version mismatch, else the new version.
+# KEYS[1] record, KEYS[2] (optional) latest pointer; ARGV tenant, now, data, expected version
+# ('' = any), and with KEYS[2] the id and the pointer data. Returns -1 missing/expired/other tenant, 0 version mismatch,
+# else the new version; with KEYS[2], the pointer's data is replaced when it names the id.
 _REPLACE_LUA = (
     _LIVE_LUA
     + """
 if not live(KEYS[1], ARGV[1], ARGV[2]) then return -1 end
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[1], 'version') ~= ARGV[4] then return 0 end
 redis.call('HSET', KEYS[1], 'data', ARGV[3])
+if KEYS[2] and redis.call('HGET', KEYS[2], 'id') == ARGV[5] then
+  redis.call('HSET', KEYS[2], 'data', ARGV[6])
+end
 return redis.call('HINCRBY', KEYS[1], 'version', 1)
 """
 )
@@ -216,8 +237,19 @@ class RedisStore:
         except _UNAVAILABLE as err:
             raise StoreUnavailableError(f"Redis store unavailable: {type(err).__name__}") from err
 
-    async def put(self, record: PreparationRecord) -> None:
-        """Create the hash and its absolute expiry in one script; an existing id raises."""
+    def latest_key(self, latest_of: str) -> str:
+        """The Redis key holding the latest pointer of ``latest_of``."""
+        return f"{self._prefix}latest:{latest_of}"
+
+    async def put(
+        self,
+        record: PreparationRecord,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Create the hash and its absolute expiry (and the latest pointer) in one script; an
+        existing id raises."""
         fields: list[bytes | str] = [
             "tenant",
             record.tenant,
@@ -243,7 +275,17 @@ class RedisStore:
             fields += ["reports", str(len(record.reports))]
         # Round up so Redis never drops the key before the record is logically expired.
         expire_ms = str(math.ceil(record.expires_at * 1000))
-        created = await self._call(self._put(keys=[self.key(record.id)], args=[expire_ms, *fields]))
+        keys = [self.key(record.id)]
+        if latest_of is not None:
+            keys.append(self.latest_key(latest_of))
+        head: list[bytes | str] = [
+            expire_ms,
+            record.tenant,
+            record.id,
+            repr(float(record.expires_at)),
+            dump_object(latest_data or {}),
+        ]
+        created = await self._call(self._put(keys=keys, args=[*head, *fields]))
         if created != 1:
             raise DuplicatePreparationIdError(f"preparation id {record.id!r} already exists")
 
@@ -277,6 +319,23 @@ class RedisStore:
             reports=reports,
         )
 
+    async def latest(self, tenant: str, latest_of: str, now: float) -> Latest | None:
+        """One ``HMGET`` of the pointer; the tenant and ``now`` are checked here."""
+        # decode_responses=False, so the values are bytes.
+        tenant_raw, id_raw, expires_raw, data_raw = cast(
+            list[bytes | None],
+            await self._call(
+                self._client.hmget(
+                    self.latest_key(latest_of), ["tenant", "id", "expires_at", "data"]
+                )
+            ),
+        )
+        if tenant_raw != tenant.encode() or id_raw is None or expires_raw is None:
+            return None
+        if float(expires_raw) <= now or data_raw is None:
+            return None
+        return Latest(id_raw.decode(), load_object(data_raw))
+
     async def replace_data(
         self,
         tenant: str,
@@ -284,14 +343,18 @@ class RedisStore:
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
-        """Compare-and-set the data in one script; the expiry is untouched."""
+        """Compare-and-set the data (and the pointer's) in one script; the expiry is untouched."""
         expected = "" if expected_version is None else str(int(expected_version))
-        result = await self._call(
-            self._replace(
-                keys=[self.key(id)], args=[tenant, repr(float(now)), dump_object(data), expected]
-            )
-        )
+        keys = [self.key(id)]
+        args: list[bytes | str] = [tenant, repr(float(now)), dump_object(data), expected]
+        if latest_of is not None:
+            keys.append(self.latest_key(latest_of))
+            args += [id, dump_object(latest_data or {})]
+        result = await self._call(self._replace(keys=keys, args=args))
         return int(result) > 0
 
     async def claim_refresh(self, tenant: str, id: str, now: float) -> ClaimResult:

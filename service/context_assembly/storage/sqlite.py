@@ -19,12 +19,15 @@ WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3
 WAL-reset bug that can corrupt a database written by several processes at once; see
 ``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
 
-Schema (``PRAGMA user_version`` = 1):
+Schema (``PRAGMA user_version`` = 2; a version 1 file gains the ``latest`` table on open):
 
 - ``preparations(id PK, tenant, expires_at REAL, refresh_used, version, data, last, auxiliary)``;
   ``data`` and the two observations are orjson bytes (observations NULL until reported).
 - ``usage_reports(preparation_id, report_id, answer)``, PK ``(preparation_id, report_id)``;
   ``answer`` is the ``[last, auxiliary]`` JSON answered for that report.
+- ``latest(tenant, scope_key, preparation_id, expires_at, data)``, PK ``(tenant, scope_key)``:
+  the pointer ``put(..., latest_of=...)`` writes in the record's transaction, with its expiry
+  and ``latest_data`` (orjson bytes).
 
 Every lookup is one primary-key read that also matches the tenant and the expiry
 (``id = ? AND tenant = ? AND expires_at > ?``), so another tenant's id and an unknown id take the
@@ -46,6 +49,7 @@ from context_assembly.storage.base import (
     Accounting,
     ClaimResult,
     DuplicatePreparationIdError,
+    Latest,
     Observation,
     PreparationRecord,
     Slot,
@@ -63,7 +67,7 @@ from context_assembly.storage.codec import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     """
@@ -87,8 +91,19 @@ _SCHEMA = (
         PRIMARY KEY (preparation_id, report_id)
     ) WITHOUT ROWID
     """,
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
+
+# Added in schema version 2 (created in a fresh file, and on open of a version 1 file).
+_LATEST = """
+    CREATE TABLE IF NOT EXISTS latest (
+        tenant         TEXT NOT NULL,
+        scope_key      TEXT NOT NULL,
+        preparation_id TEXT NOT NULL,
+        expires_at     REAL NOT NULL,
+        data           BLOB NOT NULL,
+        PRIMARY KEY (tenant, scope_key)
+    ) WITHOUT ROWID
+"""
 
 # The columns a slot may name; the slot is checked against this map before it reaches SQL text.
 _SLOT_COLUMN: dict[Slot, str] = {"last": "last", "auxiliary": "auxiliary"}
@@ -173,9 +188,16 @@ class SqliteStore:
                 raise StoreUnavailableError("the SQLite store is closed") from err
             raise
 
-    async def put(self, record: PreparationRecord) -> None:
-        """Insert a new record and its reports in one transaction, committed when this returns;
-        an existing id (whatever its tenant) raises ``DuplicatePreparationIdError``."""
+    async def put(
+        self,
+        record: PreparationRecord,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Insert a new record, its reports and (with ``latest_of``) the latest pointer in one
+        transaction, committed when this returns; an existing id (whatever its tenant) raises
+        ``DuplicatePreparationIdError``."""
         row = (
             record.id,
             record.tenant,
@@ -193,6 +215,15 @@ class SqliteStore:
             )
             for report_id, answer in record.reports.items()
         ]
+        pointer = None
+        if latest_of is not None:
+            pointer = (
+                record.tenant,
+                latest_of,
+                record.id,
+                float(record.expires_at),
+                dump_object(latest_data or {}),
+            )
 
         def insert(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -205,6 +236,12 @@ class SqliteStore:
                 "INSERT INTO usage_reports (preparation_id, report_id, answer) VALUES (?, ?, ?)",
                 reports,
             )
+            if pointer is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO latest"
+                    " (tenant, scope_key, preparation_id, expires_at, data) VALUES (?, ?, ?, ?, ?)",
+                    pointer,
+                )
 
         try:
             await self._run(functools.partial(_write, insert))
@@ -248,6 +285,20 @@ class SqliteStore:
 
         return await self._run(read)
 
+    async def latest(self, tenant: str, latest_of: str, now: float) -> Latest | None:
+        """One primary-key read of the pointer, live at ``now``."""
+
+        def read(conn: sqlite3.Connection) -> tuple[str, bytes] | None:
+            row = conn.execute(
+                "SELECT preparation_id, data FROM latest"
+                " WHERE tenant = ? AND scope_key = ? AND expires_at > ?",
+                (tenant, latest_of, now),
+            ).fetchone()
+            return None if row is None else (str(row[0]), row[1])
+
+        found = await self._run(read)
+        return None if found is None else Latest(found[0], load_object(found[1]))
+
     async def replace_data(
         self,
         tenant: str,
@@ -255,9 +306,14 @@ class SqliteStore:
         data: Mapping[str, Any],
         now: float,
         expected_version: int | None = None,
+        *,
+        latest_of: str | None = None,
+        latest_data: Mapping[str, Any] | None = None,
     ) -> bool:
-        """One conditional ``UPDATE``: new data, version + 1, expiry untouched."""
+        """One conditional ``UPDATE`` (new data, version + 1, expiry untouched) and, with
+        ``latest_of``, the pointer's data when it still names this record."""
         blob = dump_object(data)
+        pointer = None if latest_of is None else dump_object(latest_data or {})
 
         def update(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
@@ -265,7 +321,15 @@ class SqliteStore:
                 f" WHERE {_LIVE} AND (? IS NULL OR version = ?)",
                 (blob, id, tenant, now, expected_version, expected_version),
             )
-            return cursor.rowcount == 1
+            if cursor.rowcount != 1:
+                return False
+            if pointer is not None:
+                conn.execute(
+                    "UPDATE latest SET data = ?"
+                    " WHERE tenant = ? AND scope_key = ? AND preparation_id = ?",
+                    (pointer, tenant, latest_of, id),
+                )
+            return True
 
         return await self._run(functools.partial(_write, update))
 
@@ -342,6 +406,7 @@ class SqliteStore:
                 " (SELECT id FROM preparations WHERE expires_at <= ?)",
                 (now,),
             )
+            conn.execute("DELETE FROM latest WHERE expires_at <= ?", (now,))
             return conn.execute("DELETE FROM preparations WHERE expires_at <= ?", (now,)).rowcount
 
         return await self._run(functools.partial(_write, purge))
@@ -401,16 +466,20 @@ def _connect_probe(path: str) -> sqlite3.Connection:
 
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables in a fresh file; refuse a file written by a newer schema."""
+    """Create the tables in a fresh file, add the ``latest`` table to a version 1 file; refuse
+    a file written by a newer schema."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version == SCHEMA_VERSION:
         return
-    if version != 0:
+    if version not in (0, 1):
         raise sqlite3.OperationalError(
             f"database schema version {version} is not {SCHEMA_VERSION}; refusing to touch it"
         )
-    for statement in _SCHEMA:
-        conn.execute(statement)
+    if version == 0:
+        for statement in _SCHEMA:
+            conn.execute(statement)
+    conn.execute(_LATEST)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def _write(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:

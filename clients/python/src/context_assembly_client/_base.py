@@ -32,6 +32,7 @@ from context_assembly_client.types import (
     Provider,
     RepairResponse,
     Scope,
+    Timeline,
     UsageResponse,
     ValidateResponse,
 )
@@ -68,6 +69,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         # Idempotent by report_id on the server (SPEC §3.3), hence safe to repeat.
         Operation("report_usage", "POST", "/v1/preparations/{preparation_id}/usage", True),
         Operation("get_breakdown", "GET", "/v1/preparations/{preparation_id}/breakdown", True),
+        Operation("get_timeline", "GET", "/v1/preparations/{preparation_id}/timeline", True),
         Operation("list_models", "GET", "/v1/models", True),
         Operation("healthz", "GET", "/healthz", True),
     )
@@ -227,6 +229,16 @@ def breakdown_call(preparation_id: str, html: bool) -> Call[str]:
         text_parser,
         _id(preparation_id),
         accept="text/html" if html else "text/plain",
+    )
+
+
+def timeline_call(preparation_id: str) -> Call[Timeline]:
+    """``GET /v1/preparations/{id}/timeline`` as JSON."""
+    return Call(
+        OPERATIONS["get_timeline"],
+        model_parser(Timeline),
+        _id(preparation_id),
+        accept="application/json",
     )
 
 

@@ -37,6 +37,7 @@ from context_assembly_client.types import (
     Provider,
     RepairResponse,
     Scope,
+    Timeline,
     UsageResponse,
     ValidateResponse,
 )
@@ -227,6 +228,10 @@ class Client(BaseClient[httpx.Client]):
         """The human view of a preparation: plain text, or an HTML page with ``html=True``."""
         return self._run(_base.breakdown_call(preparation_id, html), timeout)
 
+    def timeline(self, preparation_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> Timeline:
+        """The preparation and the turns before it in its scope (up to 50, oldest first)."""
+        return self._run(_base.timeline_call(preparation_id), timeout)
+
     def models(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> ModelList:
         """The capacity registry: window, output limit, tokenizer and framing of each model."""
         return self._run(_base.models_call(), timeout)
@@ -402,6 +407,12 @@ class AsyncClient(BaseClient[httpx.AsyncClient]):
     ) -> str:
         """The human view of a preparation: plain text, or an HTML page with ``html=True``."""
         return await self._run(_base.breakdown_call(preparation_id, html), timeout)
+
+    async def timeline(
+        self, preparation_id: str, *, timeout: Timeout | NotGiven = NOT_GIVEN
+    ) -> Timeline:
+        """The preparation and the turns before it in its scope (up to 50, oldest first)."""
+        return await self._run(_base.timeline_call(preparation_id), timeout)
 
     async def models(self, *, timeout: Timeout | NotGiven = NOT_GIVEN) -> ModelList:
         """The capacity registry: window, output limit, tokenizer and framing of each model."""

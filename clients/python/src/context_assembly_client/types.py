@@ -65,6 +65,8 @@ __all__ = [
     "SkippedBreakpoint",
     "SourceReport",
     "TextPart",
+    "Timeline",
+    "TimelineTurn",
     "Tool",
     "ToolCall",
     "UsageRequest",
@@ -510,6 +512,9 @@ class Observation(ResponseModel):
     provider_input_tokens: int | None
     input_token_delta: int | None
     cached_input_tokens: int | None
+    # What the preparation's cache plan expects the provider to report as cached (``None``: a
+    # repair call, or a server without the figure).
+    expected_cached_tokens: int | None = None
     cache_creation_input_tokens: int | None
     output_tokens: int | None
 
@@ -527,6 +532,30 @@ class UsageResponse(ResponseModel):
 
     preparation_id: str
     accounting: AccountingReport
+
+
+class TimelineTurn(ResponseModel):
+    """One preparation of a timeline (``prefix_kept``/``first_change`` as in ``selection.cache``)."""
+
+    preparation_id: str
+    created_at: str | None
+    model: str
+    render: str
+    layout: str
+    total_input_tokens: int
+    previous_preparation_id: str | None
+    prefix_kept: bool | None
+    first_change: FirstChange | None
+    cacheable_tokens: int | None
+    expected_cached_tokens: int | None
+    cached_input_tokens: int | None
+
+
+class Timeline(ResponseModel):
+    """``GET /v1/preparations/{id}/timeline``: the turns of the preparation's scope, oldest first."""
+
+    preparation_id: str
+    turns: list[TimelineTurn]
 
 
 class PreparationView(ResponseModel):
