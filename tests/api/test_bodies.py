@@ -37,17 +37,17 @@ def test_bad_bodies_are_named_problems(
 def test_bodies_are_parsed_from_the_raw_bytes(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every body-taking route hands the bytes as sent to ``parse_model``
-    (``model_validate_json``), not a parsed Python value."""
+    """Every body-taking route hands the bytes as sent to ``offload.parse_body`` (which ends in
+    ``model_validate_json``), not a parsed Python value."""
     client = make_client()
     seen: list[tuple[str, bytes]] = []
-    original = bodies.parse_model
+    original = bodies.parse_body
 
-    def spy(model: Any, raw: bytes, what: str = "request") -> Any:
+    def spy(model: Any, raw: bytes) -> Any:
         seen.append((model.__name__, raw))
-        return original(model, raw, what)
+        return original(model, raw)
 
-    monkeypatch.setattr(bodies, "parse_model", spy)
+    monkeypatch.setattr(bodies, "parse_body", spy)
     raw = orjson.dumps(basic_request())
     headers = {"content-type": "application/json"}
     prep = client.post("/v1/prepare", content=raw, headers=headers).json()
