@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 import orjson
+from figures import report
 
 BIN = Path(sys.executable).parent
 
@@ -123,6 +124,7 @@ def main() -> None:
                 f"{'kind':<12} {'request s':>10} {'status':>6} {'checks':>6} "
                 f"{'p50 ms':>8} {'max ms':>8} {'max/request':>11}"
             )
+            worst: dict[str, tuple[float, float]] = {}
             for salt in range(rounds):
                 kinds = {"input-4mb": input_4mb(salt), "blocks-250k": blocks}
                 for kind, body in kinds.items():
@@ -133,6 +135,25 @@ def main() -> None:
                         f"{statistics.median(health) * 1000:>8.1f} {slowest * 1000:>8.1f} "
                         f"{slowest / took:>11.2f}"
                     )
+                    if slowest / took >= worst.get(kind, (0.0, 0.0))[0]:
+                        worst[kind] = (slowest / took, took)
+            # The target is the 4 MB input's, whose assembly counts 1.3 M tokens in a worker
+            # thread. The 250,000-block body is refused by the skim on the loop in ~0.1 s: its
+            # figure is printed for reference (the skim's own time is the health check's wait).
+            ratio, took = worst["input-4mb"]
+            report(
+                "slowest /healthz during one 4 MB prepare / that prepare's time (worst round)",
+                f"{ratio:.2f} (prepare {took:.2f} s)",
+                "≤ 0.25",
+                ratio <= 0.25,
+            )
+            ratio, took = worst["blocks-250k"]
+            report(
+                "slowest /healthz while a 250,000-block body is refused",
+                f"{ratio * took * 1000:.0f} ms (refused in {took * 1000:.0f} ms)",
+                "",
+                None,
+            )
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=20)
