@@ -336,7 +336,7 @@ def test_timeline_lists_the_turns_of_the_scope(make_client: AppFactory) -> None:
     of another scope starts a chain of its own; the breakdown links to the timeline."""
     wall = FakeWall()
     client = make_client(wall=wall)
-    fields = body(cache={})  # compared with the previous turn, no directives
+    fields = body(cache=None)  # without ``cache`` the record keeps the turn all the same
     answers = converse(client, wall, fields, 5, change={3: lambda f: {**f, "tools": [tool("a")]}})
     ids = [a["preparation_id"] for a in answers]
     _usage(client, ids[4], "r4")
@@ -428,16 +428,3 @@ def test_the_turn_after_a_refresh_is_compared_with_the_refreshed_frame(
     assert report["previous_preparation_id"] == first["preparation_id"]
     assert report["prefix_kept"] is False
     assert report["first_change"] == {"part": "history", "index": 2}
-
-
-def test_a_turn_without_cache_is_compared_with_nothing(make_client: AppFactory) -> None:
-    """A request without ``cache`` reads no previous turn: its stored turn names none."""
-    wall = FakeWall()
-    client = make_client(wall=wall)
-    answers = converse(client, wall, body(cache=None), 2)
-    second = answers[1]["preparation_id"]
-    turns = client.get(
-        f"/v1/preparations/{second}/timeline", headers={"accept": "application/json"}
-    ).json()["turns"]
-    assert [t["preparation_id"] for t in turns] == [second]
-    assert turns[0]["prefix_kept"] is None

@@ -5,17 +5,15 @@ The plan and the comparison themselves are pure (``core/cache.py``); this module
 the store.
 
 Previous turn (``previous``)
-    A request whose ``cache`` leaves out ``previous_preparation_id`` is compared with the
-    latest preparation of the same tenant and scope: every ``put`` moves the
+    A request without ``cache``, or whose ``cache`` leaves out ``previous_preparation_id``, is
+    compared with the latest preparation of the same tenant and scope: every ``put`` moves the
     store's pointer for ``scope_key(tenant, scope)`` (a digest: the store never sees the scope's
     values), and the pointer expires with the record it names. ``previous_preparation_id:
     null`` is a first turn. An id is looked up for the same tenant; when no live record of the
     tenant has it (unknown, expired or another tenant's, which look the same), the turn is
     compared with nothing: ``selection.cache`` names the id with ``prefix_kept: null``. The
     pointer carries the latest turn's ``"cache"`` field (below), so that a prepare finds its
-    previous turn in one small read. A request without ``cache`` asks for no comparison and
-    is compared with nothing (no store read on its path), but its record and the pointer keep
-    its turn, so the next turn with ``cache`` is compared with it.
+    previous turn in one small read.
 
 Record (``record_part``)
     Every preparation's record keeps, under ``"cache"``: the request's ``cache`` object (``None``
@@ -89,9 +87,7 @@ async def previous(store: Store, tenant: str, request: PrepareRequest, now: floa
     """The previous turn of a new preparation (rules in the module doc). The scope's pointer
     carries the latest turn's ``"cache"`` field, so finding it reads no record."""
     options = request.cache
-    if options is None:
-        return FIRST_TURN  # no comparison asked for: no read
-    if options.previous_given:
+    if options is not None and options.previous_given:
         return await load(store, tenant, options.previous_preparation_id, now)
     latest = await store.latest(tenant, scope_key(tenant, request.scope), now)
     return FIRST_TURN if latest is None else Previous(latest.id, latest.data)
