@@ -4,7 +4,7 @@ Compares the service's contributor path (``contribute_all`` on ``create_client()
 signing, caps, validation) with a bare aiohttp session posting the same requests, and with a
 floor of eight sleeps and no HTTP, at concurrency 1 (sequential fan-outs) and 16 (16 concurrent
 fan-out loops, 128 requests in flight). Each contributor sleeps 20 ms and answers ~5.6 KB of valid
-``{revision, blocks}`` JSON (the setup of reference/perf-baseline.md §4). "Overhead" is fan-out
+``{revision, blocks}`` JSON. "Overhead" is fan-out
 wall time minus the 20 ms sleep; client CPU is this process's ``time.process_time()`` per fan-out.
 
 The 8 contributors run in a child process (so their CPU is not counted), bound to 127.0.0.1 only,

@@ -2,15 +2,14 @@
 
 Calls the ASGI app directly (no uvicorn, no network) with the request of bench_service.py,
 repeated (a memo hit) and with one new entry each time (a memo miss), and prints the p50 of each.
-These are the in-process figures the README and docs/performance.md quote.
 
 Then the repeated prepare and the bare FastAPI echo of bench_service.py (``echo_app.py``, called
 the same way) back to back, and with the thread asleep for ``--idle-us`` (30 µs) before each
 call, as a service is between a client's requests: on the project machine that idle alone made
-the prepare ~130 µs slower and the echo ~40 µs (2026-12-04; a busy wait of the same length
+the prepare ~130 µs slower and the echo ~40 µs (a busy wait of the same length
 changed neither), a cost that grows with what a request touches. Over HTTP both also pay the
 hop (~0.15 ms there), so the ratio here is higher than ``bench_service.py``'s; what carries over
-is the difference, prepare minus echo, which the HTTP target (1.5x) allows to be half the echo's
+is the difference, prepare minus echo, which the HTTP target (2.0x) allows to be the echo's
 HTTP p50. A change to the inline prepare can be judged by it here first, in seconds.
 
 Run: ``make bench`` or ``.venv/bin/python bench/bench_inprocess.py [--idle-us 30]``.

@@ -6,7 +6,7 @@
    new entry every request, so every turn is decided afresh.
 2. ``prepare`` fanning out to 8 registered contributors answering in 20 ms, at concurrency 1
    and 16: p50, p99, errors. Each contributor is its own uvicorn process (8 servers, as in the
-   baseline's fan-out measurement, ../shared/reference/perf-baseline.md §4): one process serving
+   baseline's fan-out measurement): one process serving
    all eight would measure that process's queue, not the service. At concurrency 1 the same run
    also measures two floors with no service in the path, interleaved with the prepares: the
    service's own contributor client (``contribute_all``) called from this process, and a bare
@@ -20,15 +20,13 @@
    the 128 contributor connections the steady state keeps (c=4 and c=1 before needed at most
    32). The c=16 figures that follow are the steady state of a running service, in four rounds
    interleaved with two floors at c=16 with no service in the path: 16 loops of fan-outs from
-   this process through a bare aiohttp session (the baseline's client and settings,
-   perf-baseline.md §4) and through the service's own contributor client. The c=16 p50 moves
+   this process through a bare aiohttp session (the baseline's client and settings) and through the service's own contributor client. The c=16 p50 moves
    with the machine's hour; the floors move with it, and the ratio to the bare floor does not.
 5. The load client (``load``) is lean, as wrk was in the baseline's HTTP figures
-   (perf-baseline.md §3): keep-alive connections, each request written from bytes prepared once,
+   : keep-alive connections, each request written from bytes prepared once,
    its answer framed by httptools, on uvloop, like every process here. The inline and c=1
-   figures are also printed through an aiohttp session (``load_aiohttp``, the load client of
-   the sessions before 2026-12-04's fourth, which ran it on asyncio's own loop), whose own CPU is
-   in its latencies. Every client of this process, the floors' too, now runs on uvloop.
+   figures are also printed through an aiohttp session (``load_aiohttp``), whose own CPU is in
+   its latencies. Every client of this process, the floors' too, now runs on uvloop.
 
 Bounded: fixed request counts, loopback only, every process stopped at the end.
 Run: ``make bench`` or ``.venv/bin/python bench/bench_service.py``.
@@ -217,7 +215,7 @@ async def load(
     each worker's first request, sent in step with the others', is sent on top of ``total`` and
     its latency not counted (its errors are), as the floors' first fan-out of each loop.
 
-    The load client is lean on purpose, as wrk is in the baseline (perf-baseline.md §3): each
+    The load client is lean on purpose, as wrk is: each
     request is written from bytes prepared once and its answer framed by httptools, on uvloop.
     aiohttp as the load client adds its own CPU to every latency (0.56–1.02 ms at c=1 on the
     project machine on asyncio's own loop, a median 0.55 ms on uvloop: ``load_aiohttp``, printed
@@ -319,7 +317,7 @@ async def floor_fanouts(urls: list[str], total: int, how: str, concurrency: int 
     service's own contributor client (``how="client"``: ``contribute_all``, as the service calls
     it) or a bare aiohttp session (``"aiohttp"``: no deadline, signing or validation), from
     ``concurrency`` loops of fan-outs one after another (at 16, 128 calls in flight, as the
-    baseline's c=16 fan-out, perf-baseline.md §4, with its ``TCPConnector(limit=200)``)."""
+    baseline's c=16 fan-out, with its ``TCPConnector(limit=200)``)."""
     from context_assembly.contributors import (
         ContributorTarget,
         PacketFields,

@@ -10,7 +10,7 @@ prepare and the stage's share of the service's whole CPU per prepare (all its th
 
 Why: a step measured warm in a tight loop costs a half to a quarter of what it costs in the
 service under load, where the eight contributor processes, the load client and the service share
-two cores and every cache is cold again after each wait (docs/performance.md). Optimise what
+two cores and every cache is cold again after each wait. Optimise what
 this table shows, not what a micro-benchmark shows.
 
 The timers cost 1–2 µs per call (two clock reads; the figure is printed); the async parts

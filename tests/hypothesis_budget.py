@@ -3,9 +3,8 @@
 CI draws a bounded number of each (and the fuzz tests a fixed, derandomized set), so that it stays
 within its time. ``CA_EXAMPLES_SCALE=<n>`` multiplies every count by ``n`` and draws at random:
 ``make test-deep`` runs the suite so (scale 10 by default). Every ``@given`` test names its count
-through ``examples``, so that none is left at Hypothesis's default. Such longer runs on 2026-12-04 found a
-selection bug and two 500s that CI's counts had never drawn; each is now pinned by a test or an
-``@example``, and a failure a deep run finds should be pinned the same way.
+through ``examples``, so that none is left at Hypothesis's default. Longer runs find
+what CI's counts do not draw; a failure a deep run finds should be pinned the same way.
 """
 
 from __future__ import annotations

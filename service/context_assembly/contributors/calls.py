@@ -52,7 +52,7 @@ TIMEOUT_HEADER = "X-Contributor-Timeout-Ms"
 ``x-envoy-expected-rq-timeout-ms`` and Connect's ``Connect-Timeout-Ms``): relative, so
 contributors need no synchronised clock."""
 
-# ``rejected``: an inline URL refused or not resolved under ``omit`` (preparations._call_inline).
+# ``rejected``: an inline URL refused or not resolved under ``omit`` (preparations/targets.py, ``Contributors._call_inline``).
 Status = Literal["ok", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"]
 FailurePolicy = Literal["fail", "omit"]
 TargetKind = Literal["registered", "inline"]
