@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-PROBLEM_TYPE_BASE = "https://context-assembly.dev/problems/"
+PROBLEM_TYPE_BASE = "urn:context-assembly:problem:"
+"""Each problem's ``type``: this prefix, then its code in lower case with hyphens. A name, not a
+link: nothing is served at it, and no client should fetch it (the code says the same)."""
 
 
 class ServiceError(Exception):

@@ -22,7 +22,7 @@ from context_assembly_client.types import PrepareRequest, Scope
 
 NOW = 1_800_000_000.0
 STORE_DOWN = {
-    "type": "https://context-assembly.dev/problems/store-unavailable",
+    "type": "urn:context-assembly:problem:store-unavailable",
     "title": "Store unavailable",
     "status": 503,
     "detail": "store down",

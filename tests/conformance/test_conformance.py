@@ -273,6 +273,8 @@ def _check(expect: dict[str, Any], http_status: int, body: dict[str, Any]) -> No
     if "error" in expect:
         assert body.get("code") == expect["error"], body
         assert {"type", "title", "status", "detail", "code"} <= set(body), "RFC 9457 body"
+        code = expect["error"].lower().replace("_", "-")
+        assert body["type"] == f"urn:context-assembly:problem:{code}", body
         assert http_status == body["status"], body
         if "status" in expect:
             assert http_status == expect["status"], body

@@ -249,7 +249,7 @@ def _chat_tool_call(call: ToolCall, path: str) -> dict[str, Any]:
 
 
 def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
-    # https://platform.openai.com/docs/api-reference/chat/create
+    # OpenAI API reference: create chat completion.
     messages: list[dict[str, Any]] = []
     for index, message in enumerate(frame.messages):
         item: dict[str, Any] = {"role": message.role}
@@ -296,7 +296,7 @@ def _responses_content(content: str | list[Any], text_type: str) -> str | list[d
 
 
 def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
-    # https://platform.openai.com/docs/api-reference/responses/create (input items:
+    # OpenAI API reference: create a model response (input items:
     # EasyInputMessage, function_call, function_call_output)
     items: list[dict[str, Any]] = []
     for index, message in enumerate(frame.messages):
@@ -370,8 +370,8 @@ def _marked_anthropic(role: str, content: str | list[Any]) -> list[dict[str, Any
 def _anthropic(
     frame: Frame, model: str, max_output_tokens: int | None, cache: CacheDirectives | None
 ) -> dict[str, Any]:
-    # https://docs.anthropic.com/en/api/messages (system, alternating user/assistant turns,
-    # tool_use / tool_result blocks); https://docs.anthropic.com/en/docs/build-with-claude/tool-use
+    # Anthropic's Messages API reference (system, alternating user/assistant turns,
+    # tool_use / tool_result blocks) and its tool use guide.
     system, start = _split_system(frame.messages)
     marked = cache.messages if cache is not None else ()
     # The last content block of each message that has one (by message index): where a
@@ -504,8 +504,8 @@ def _gemini_function_name(message: Message, index: int, call_names: dict[str, st
 
 
 def _gemini(frame: Frame, max_output_tokens: int | None) -> dict[str, Any]:
-    # https://ai.google.dev/api/generate-content (Content, Part, FunctionCall, FunctionResponse,
-    # systemInstruction, GenerationConfig); https://ai.google.dev/gemini-api/docs/function-calling
+    # Gemini API reference, generateContent (Content, Part, FunctionCall, FunctionResponse,
+    # systemInstruction, GenerationConfig), and its function calling guide.
     system, start = _split_system(frame.messages)
     call_names: dict[str, str] = {}
     for message in frame.messages:

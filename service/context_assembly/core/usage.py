@@ -144,11 +144,11 @@ _OPENAI_RESPONSES_KEYS = frozenset({"input_tokens", "output_tokens", "input_toke
 
 def _openai(usage: Mapping[str, Any]) -> NormalizedUsage:
     # Chat Completions `usage`: prompt_tokens, completion_tokens, prompt_tokens_details.cached_tokens
-    #   https://platform.openai.com/docs/api-reference/chat/object#chat/object-usage
+    #   (OpenAI API reference, the chat completion object)
     # Responses `usage`: input_tokens, output_tokens, input_tokens_details.cached_tokens
-    #   https://platform.openai.com/docs/api-reference/responses/object#responses/object-usage
+    #   (OpenAI API reference, the response object)
     # Cached tokens are a subset of prompt/input tokens ("cached_tokens ... of the prompt tokens"):
-    #   https://platform.openai.com/docs/guides/prompt-caching
+    #   (OpenAI's prompt caching guide)
     # `cache_write_tokens` sits next to `cached_tokens` in the same details object on newer model
     # families, also a subset of the input (openai-python `types/responses/response_usage.py`;
     # example bodies in dotnet/extensions#7635).
@@ -192,8 +192,8 @@ def _anthropic(usage: Mapping[str, Any]) -> NormalizedUsage:
     # Anthropic Messages `usage`: `input_tokens` counts only the tokens after the last cache
     # breakpoint; the total input is input_tokens + cache_read_input_tokens +
     # cache_creation_input_tokens.
-    #   https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching#tracking-cache-performance
-    #   https://docs.anthropic.com/en/api/messages (response `usage`)
+    #   (Anthropic's prompt caching guide, "Tracking cache performance"; the Messages API
+    #   reference, response `usage`)
     # `cache_creation` {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens} breaks the creation
     # count down by TTL; it is used only when the flat `cache_creation_input_tokens` is absent.
     #
@@ -241,15 +241,15 @@ def _gemini_count(obj: Mapping[str, Any], camel: str, snake: str, path: str) -> 
 
 
 def _google(usage: Mapping[str, Any]) -> NormalizedUsage:
-    # Gemini `UsageMetadata`: https://ai.google.dev/api/generate-content#UsageMetadata
+    # Gemini `UsageMetadata` (Gemini API reference, generateContent):
     # - `promptTokenCount`: "When cachedContent is set, this is still the total effective prompt
     #   size meaning this includes the number of tokens in the cached content."
     # - `cachedContentTokenCount`: tokens of the prompt served from the (implicit or explicit) cache.
     # - There is no cache-write field: explicit caches are created by a separate CachedContent
-    #   call and billed there (https://ai.google.dev/gemini-api/docs/caching), so
+    #   call and billed there (Gemini's context caching guide), so
     #   `cache_creation_input_tokens` is always `None`.
     # - `candidatesTokenCount` excludes thinking; `thoughtsTokenCount` is billed as output
-    #   ("Output price (including thinking tokens)", https://ai.google.dev/gemini-api/docs/pricing).
+    #   ("Output price (including thinking tokens)", Gemini's pricing page).
     #   Decision: output_tokens =
     #   candidates + thoughts, matching OpenAI and Anthropic, whose output counts include
     #   reasoning. A missing half counts as 0 when the other is present, because proto3 JSON
