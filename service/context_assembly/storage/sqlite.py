@@ -12,7 +12,7 @@ SQLite checkpoints the WAL on that connection by itself (``wal_autocheckpoint``)
 ``ping`` is the one exception: it reads the file on a second connection, on the event loop, so a
 readiness probe answers at once even while the worker thread waits for the write lock.
 
-Durability and safety (docs: sqlite.org/wal.html): WAL journal, ``synchronous=NORMAL`` (cannot
+Durability and safety (SQLite's documentation of write-ahead logging): WAL journal, ``synchronous=NORMAL`` (cannot
 corrupt in WAL mode; a committed transaction survives a crash of the process, a power loss may
 lose the last ones; ``FULL`` keeps them too, at an fsync per write), busy timeout 5 s by default.
 WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3.51.2 have the
@@ -112,7 +112,8 @@ _LIVE = "id = ? AND tenant = ? AND expires_at > ?"
 
 
 def wal_multiprocess_safe(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> bool:
-    """Whether this SQLite is free of the WAL-reset bug (sqlite.org/wal.html#walresetbug).
+    """Whether this SQLite is free of the WAL-reset bug (its section in SQLite's documentation of
+    write-ahead logging).
 
     Fixed in 3.51.3, with backports 3.50.7 and 3.44.6; every version from 3.7.0 to 3.51.2 is
     otherwise affected when several processes write or checkpoint at once.
