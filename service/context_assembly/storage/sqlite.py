@@ -12,9 +12,10 @@ SQLite checkpoints the WAL on that connection by itself (``wal_autocheckpoint``)
 ``ping`` is the one exception: it reads the file on a second connection, on the event loop, so a
 readiness probe answers at once even while the worker thread waits for the write lock.
 
-Durability and safety (SQLite's documentation of write-ahead logging): WAL journal, ``synchronous=NORMAL`` (cannot
-corrupt in WAL mode; a committed transaction survives a crash of the process, a power loss may
-lose the last ones; ``FULL`` keeps them too, at an fsync per write), busy timeout 5 s by default.
+Durability and safety (SQLite's documentation of write-ahead logging): WAL journal,
+``synchronous=NORMAL`` (cannot corrupt in WAL mode; a committed transaction survives a crash of
+the process, a power loss may lose the last ones; ``FULL`` keeps them too, at an fsync per
+write), busy timeout 5 s by default.
 WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3.51.2 have the
 WAL-reset bug that can corrupt a database written by several processes at once; see
 ``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
