@@ -5,7 +5,9 @@ The service creates no cache, calls no provider and promises no hit. With a requ
 object it only says where a provider may cache (``plan``) and explains each turn against the one
 before (``compare``); without it nothing here runs.
 
-Breakpoints (``render: "anthropic"``; ``neutral`` shows the plan in the manifest only)
+Breakpoints (``render: "anthropic"``; ``neutral`` shows the plan in the manifest only, each
+breakpoint with the frame index of the message it ends, so that a runtime adapter can put the
+marker in its own types)
     Anthropic reads a prompt as tools, then system, then messages, and caches nothing without a
     ``cache_control`` marker. The candidates, in that order:
 
@@ -26,7 +28,8 @@ Breakpoints (``render: "anthropic"``; ``neutral`` shows the plan in the manifest
 OpenAI (``openai-chat``, ``openai-responses``)
     OpenAI caches a prompt's prefix by itself; the body gets ``prompt_cache_key`` (the request's
     string, or for ``"auto"`` a short hash of tenant and scope: never the scope's values) and
-    ``prompt_cache_retention`` when given. ``cacheable_tokens`` follows the provider rule over
+    ``prompt_cache_retention`` when given (``neutral`` shows both in ``selection.cache`` instead,
+for an adapter to pass on). ``cacheable_tokens`` follows the provider rule over
     the stable prefix: from the model's minimum (1,024) up, in steps of 128 tokens. In
     ``legacy`` the leading message changes every turn, so it is 0. ``breakpoints`` is ignored.
 
@@ -94,6 +97,8 @@ class CachePlan:
     skipped: tuple[dict[str, Any], ...]
     cacheable_tokens: int
     directives: CacheDirectives
+    key: str | None = None
+    retention: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,14 +180,20 @@ def plan(
     ``minimum`` is the model's minimum cacheable length for the target provider
     (``ModelRegistry.min_cacheable_prefix``); ``None`` when the provider caches nothing for it.
     """
+    key = prompt_cache_key(options.key, tenant, scope) if options.key is not None else None
     if render in _OPENAI:
-        key = prompt_cache_key(options.key, tenant, scope) if options.key is not None else None
         cacheable = 0 if legacy else openai_cacheable(assembly.prefix_tokens, minimum)
-        return CachePlan((), (), cacheable, CacheDirectives(key=key, retention=options.retention))
+        directives = CacheDirectives(key=key, retention=options.retention)
+        return CachePlan((), (), cacheable, directives, key, options.retention)
+    # ``neutral`` shows the OpenAI options too: an adapter passes them on in its own types.
+    shown = (key, options.retention) if render == "neutral" else (None, None)
     if render not in _MARKED or not options.breakpoints:
-        return CachePlan((), (), 0, CacheDirectives())
+        return CachePlan((), (), 0, CacheDirectives(), *shown)
     placed, skipped = plan_breakpoints(candidates(assembly), legacy=legacy, minimum=minimum)
-    breakpoints = tuple({"after": c.after, "tokens": c.tokens, "ttl": options.ttl} for c in placed)
+    breakpoints = tuple(
+        {"after": c.after, "tokens": c.tokens, "ttl": options.ttl, "message": c.message}
+        for c in placed
+    )
     directives = CacheDirectives()
     if render == "anthropic":
         directives = CacheDirectives(
@@ -192,7 +203,7 @@ def plan(
         )
     cacheable = placed[-1].tokens if placed else 0
     reasons = tuple({"after": c.after, "reason": reason} for c, reason in skipped)
-    return CachePlan(breakpoints, reasons, cacheable, directives)
+    return CachePlan(breakpoints, reasons, cacheable, directives, *shown)
 
 
 # --------------------------------------------------------------------------- digests
@@ -317,6 +328,8 @@ def report(
             "cacheable_tokens": cache_plan.cacheable_tokens,
             "breakpoints": cache_plan.breakpoints,
             "skipped": cache_plan.skipped,
+            "prompt_cache_key": cache_plan.key,
+            "prompt_cache_retention": cache_plan.retention,
         }
     )
 

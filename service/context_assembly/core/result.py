@@ -160,11 +160,14 @@ class FirstChange(Frozen):
 
 
 class CacheBreakpoint(Frozen):
-    """A placed cache marker: ``tokens`` is the count of the prefix up to and including ``after``."""
+    """A placed cache marker: ``tokens`` is the count of the prefix up to and including ``after``;
+    ``message`` the frame index of the message the marker ends (absent for ``tools``: the last
+    tool definition)."""
 
     after: BreakpointAfter
     tokens: int
     ttl: CacheTtl
+    message: int | None = Field(default=None, exclude_if=_unset)
 
 
 class SkippedBreakpoint(Frozen):
@@ -182,6 +185,10 @@ class CacheReport(Frozen):
     cacheable_tokens: int
     breakpoints: list[CacheBreakpoint]
     skipped: list[SkippedBreakpoint]
+    # The OpenAI options the body carries (``openai-*``) or that an adapter passes on
+    # (``neutral``); absent when the request sets none.
+    prompt_cache_key: str | None = Field(default=None, exclude_if=_unset)
+    prompt_cache_retention: str | None = Field(default=None, exclude_if=_unset)
 
 
 class SelectionReport(Frozen):
