@@ -27,9 +27,14 @@ from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.cache import CacheTurn, provider_of
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
 from context_assembly.core.memo import AssemblyMemo
-from context_assembly.core.render import render_frame
+from context_assembly.core.render import OUTPUT_LIMIT_KEYS, output_limit, render_frame
 from context_assembly.core.request import PrepareRequest
-from context_assembly.core.result import PrepareResponse, RoutingCandidate, RoutingReport
+from context_assembly.core.result import (
+    OutputLimit,
+    PrepareResponse,
+    RoutingCandidate,
+    RoutingReport,
+)
 from context_assembly.core.routing import RoutingProbe
 from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.errors import ContextOverflowError, InvalidError
@@ -306,6 +311,16 @@ def to_response(
     selection = assembly.selection
     if cache is not None:
         selection = selection.model_copy(update={"cache": cache.report})
+    budget = assembly.budget
+    reserve = budget.response_reserve + budget.reasoning_reserve_tokens
+    limit = output_limit(reserve, ctx.profile.max_output_tokens)
+    if request.render != "neutral":
+        report = OutputLimit(
+            parameter=OUTPUT_LIMIT_KEYS[request.render],
+            tokens=limit,
+            source="reserve" if limit == reserve else "model_maximum",
+        )
+        selection = selection.model_copy(update={"output_limit": report})
     return PrepareResponse(
         preparation_id=preparation_id,
         model=ctx.model,
@@ -315,7 +330,7 @@ def to_response(
             assembly.frame,
             request.render,
             ctx.model,
-            ctx.profile.max_output_tokens,
+            limit,
             cache.directives if cache is not None else None,
         ),
         budget=assembly.budget,

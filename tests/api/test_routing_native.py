@@ -256,7 +256,7 @@ class TestRoutedLifecycle:
         assert neutral["model"] == rendered["model"] == "claude-sonnet-4"
         assert neutral["selection"]["tokenizer"] == "estimate"
         assert neutral["selection"]["exact"] is False
-        assert rendered["frame"]["max_tokens"] == 64000  # claude-sonnet-4's output limit
+        assert rendered["frame"]["max_tokens"] == 9000  # the reserve, within claude-sonnet-4's 64000
         frame = neutral_frame(neutral)  # the same frame the anthropic body was rendered from
         repair = _ok(
             client.post(
@@ -270,7 +270,7 @@ class TestRoutedLifecycle:
                 },
             )
         )
-        assert "system" in repair["frame"] and repair["frame"]["max_tokens"] == 64000
+        assert "system" in repair["frame"] and repair["frame"]["max_tokens"] == 9000
         assert repair["frame"]["messages"][-2]["role"] == "assistant"
         repaired = {
             "messages": [

@@ -131,6 +131,7 @@ GOLDEN: dict[Render, dict[str, Any]] = {
                 "name": "get_weather",
                 "description": "Weather for a city.",
                 "parameters": WEATHER_SCHEMA,
+                "strict": False,
             }
         ],
         "max_output_tokens": 1024,
@@ -608,3 +609,79 @@ def test_renderer_never_adds_cache_markers(frame: Frame, target: Render) -> None
         "cachedContent",
         "cached_content",
     }
+
+
+STRICT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": ["integer", "null"]},
+        "units": {
+            "type": "object",
+            "properties": {"metric": {"type": "boolean"}},
+            "required": ["metric"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["city", "days", "units"],
+    "additionalProperties": False,
+}
+
+
+def test_strict_is_sent_where_each_provider_reads_it() -> None:
+    """Responses always says strict; Chat and Anthropic only when asked; Gemini never."""
+    loose = Tool(name="loose", parameters=WEATHER_SCHEMA)
+    strict = Tool(name="tight", parameters=STRICT_SCHEMA, strict=True)
+    frame = Frame(messages=[Message(role="user", content="hi")], tools=[loose, strict])
+    chat = render_frame(frame, "openai-chat", "gpt-4o", 100)["tools"]
+    assert "strict" not in chat[0]["function"] and chat[1]["function"]["strict"] is True
+    responses = render_frame(frame, "openai-responses", "gpt-4o", 100)["tools"]
+    assert [tool["strict"] for tool in responses] == [False, True]
+    anthropic = render_frame(frame, "anthropic", "claude-sonnet-4-5", 100)["tools"]
+    assert "strict" not in anthropic[0] and anthropic[1]["strict"] is True
+    gemini = render_frame(frame, "gemini", "gemini-2.5-flash", 100)["tools"]
+    assert all("strict" not in d for d in gemini[0]["functionDeclarations"])
+    neutral = render_frame(frame, "neutral", "gpt-4o", 100)["tools"]
+    assert "strict" not in neutral[0] and neutral[1]["strict"] is True
+
+
+@pytest.mark.parametrize(
+    ("schema", "rule"),
+    [
+        ({}, "the root must be an object schema"),
+        ({**STRICT_SCHEMA, "additionalProperties": True}, "parameters: an object must set"),
+        ({**STRICT_SCHEMA, "required": ["city"]}, "missing ['days', 'units']"),
+        (
+            {
+                **STRICT_SCHEMA,
+                "properties": {
+                    **STRICT_SCHEMA["properties"],  # type: ignore[dict-item]
+                    "units": {"type": "object", "properties": {"metric": {}}, "required": []},
+                },
+            },
+            "parameters.properties.units: an object must set 'additionalProperties': false",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"tags": {"type": "array", "items": {"type": "object"}}},
+                "required": ["tags"],
+                "additionalProperties": False,
+            },
+            "parameters.properties.tags.items",
+        ),
+    ],
+)
+def test_a_strict_tool_with_a_loose_schema_is_refused_by_name(
+    schema: dict[str, Any], rule: str
+) -> None:
+    """A strict tool whose schema breaks a strict rule is refused, naming the tool and the rule."""
+    with pytest.raises(ValidationError) as caught:
+        Tool(name="lookup", parameters=schema, strict=True)
+    message = str(caught.value)
+    assert "tool 'lookup' is strict" in message and rule in message
+
+
+def test_a_tool_without_strict_dumps_as_before() -> None:
+    """``strict`` false is left out of the tool's dump, so counts and hashes are unchanged."""
+    assert Tool(name="t").model_dump() == {"name": "t", "description": "", "parameters": {}}

@@ -94,9 +94,14 @@ export interface BudgetResponse {
   selection: SelectionReport;
 }
 
-/** A placed cache marker: `tokens` is the count of the prefix up to and including `after`. */
+/**
+ * A placed cache marker: `tokens` is the count of the prefix up to and including `after`;
+ * `message` the frame index of the message the marker ends (absent for `tools`: the last
+ * tool definition).
+ */
 export interface CacheBreakpoint {
   after: "tools" | "instructions" | "history";
+  message?: number | null;
   tokens: number;
   ttl: "5m" | "1h";
 }
@@ -134,6 +139,8 @@ export interface CacheReport {
   first_change: FirstChange | null;
   prefix_kept: boolean | null;
   previous_preparation_id: string | null;
+  prompt_cache_key?: string | null;
+  prompt_cache_retention?: string | null;
   skipped: SkippedBreakpoint[];
 }
 
@@ -251,6 +258,19 @@ export interface Observation {
 export interface OpaquePart {
   type: "image" | "file" | "opaque";
   [key: string]: unknown;
+}
+
+/**
+ * `selection.output_limit`: the output limit a provider-shaped frame carries.
+ *
+ * `parameter` is the body's key (dotted when nested); `tokens` its value: the budget's
+ * `response_reserve + reasoning_reserve_tokens`, or the model's maximum output when that is
+ * smaller (`source`).
+ */
+export interface OutputLimit {
+  parameter: string;
+  source: "reserve" | "model_maximum";
+  tokens: number;
 }
 
 export interface Plugin {
@@ -441,6 +461,7 @@ export interface SelectionReport {
   /** @default false */
   native_history?: boolean;
   opaque_or_multimodal: boolean;
+  output_limit?: OutputLimit | null;
   reasoning_reserve_tokens: number;
   routing?: RoutingReport | null;
   selected_data_tokens: number;
@@ -494,12 +515,20 @@ export interface TimelineTurn {
   total_input_tokens: number;
 }
 
+/**
+ * A tool definition. `strict: true` asks the provider to hold the model's arguments to the
+ * schema (OpenAI and Anthropic); the schema must then be strict-compatible
+ * (`core/strict_schema.py`). Left out of dumps when false, so that the counts and hashes of a
+ * tool without it stay as they were.
+ */
 export interface Tool {
   /** @default "" */
   description?: string;
   /** minLength 1, maxLength 256 */
   name: string;
   parameters?: Record<string, unknown>;
+  /** @default false */
+  strict?: boolean;
 }
 
 export interface ToolCall {

@@ -26,7 +26,13 @@ Common rules
     - ``max_output_tokens`` becomes ``max_completion_tokens`` (OpenAI Chat), ``max_output_tokens``
       (Responses), ``max_tokens`` (Anthropic) or ``generationConfig.maxOutputTokens`` (Gemini);
       when it is ``None`` the key is left out and the host sets it (Anthropic requires one; the
-      renderer never invents a value).
+      renderer never invents a value). A prepare passes ``output_limit`` of its budget: what the
+      budget reserved for the answer, so that input plus output limit never exceed the window.
+
+Tools
+    A tool with ``strict: true`` carries it to OpenAI Chat (``function.strict``) and Anthropic
+    (``strict``); the Responses render always sends ``strict`` (``false`` unless asked: the API
+    reads an absent ``strict`` as true). Gemini has no such flag: it is not sent.
 
 OpenAI Chat (``openai-chat``)
     Roles, ``name``, ``tool_calls`` and ``tool_call_id`` map one to one; an assistant message with
@@ -77,7 +83,7 @@ from typing import Any, Literal
 import orjson
 
 from context_assembly.core.frame import Frame
-from context_assembly.core.request import Message, OpaquePart, Render, TextPart, ToolCall
+from context_assembly.core.request import Message, OpaquePart, Render, TextPart, Tool, ToolCall
 from context_assembly.errors import InvalidError
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -101,6 +107,28 @@ class CacheDirectives:
     messages: tuple[int, ...] = ()
     key: str | None = None
     retention: str | None = None
+
+
+OUTPUT_LIMIT_KEYS: dict[str, str] = {
+    "openai-chat": "max_completion_tokens",
+    "openai-responses": "max_output_tokens",
+    "anthropic": "max_tokens",
+    "gemini": "generationConfig.maxOutputTokens",
+}
+"""The output-limit parameter of each provider render (dotted: nested in the body)."""
+
+
+def output_limit(reserve: int, model_maximum: int | None) -> int:
+    """The output limit a frame carries: the tokens the budget reserved for the answer
+    (``response_reserve + reasoning_reserve_tokens``), at most the model's maximum output.
+
+    Every provider rendered here counts reasoning or thinking inside that limit (OpenAI
+    ``max_completion_tokens`` / ``max_output_tokens`` on reasoning models, Anthropic ``max_tokens``
+    with extended thinking, Gemini ``maxOutputTokens`` with thinking), so the reasoning reserve
+    belongs in it; and every one of them refuses, or cuts the answer at, input plus limit beyond
+    the window, so the limit is never more than the reserve.
+    """
+    return reserve if model_maximum is None else min(reserve, model_maximum)
 
 
 def render_frame(
@@ -248,6 +276,17 @@ def _chat_tool_call(call: ToolCall, path: str) -> dict[str, Any]:
     }
 
 
+def _chat_function(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": copy.deepcopy(tool.parameters),
+    }
+    if tool.strict:
+        function["strict"] = True
+    return function
+
+
 def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
     # OpenAI API reference: create chat completion.
     messages: list[dict[str, Any]] = []
@@ -268,15 +307,7 @@ def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dic
     body: dict[str, Any] = {"model": model, "messages": messages}
     if frame.tools:
         body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": copy.deepcopy(tool.parameters),
-                },
-            }
-            for tool in frame.tools
+            {"type": "function", "function": _chat_function(tool)} for tool in frame.tools
         ]
     if max_output_tokens is not None:
         body["max_completion_tokens"] = max_output_tokens
@@ -334,6 +365,9 @@ def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -
                 "name": tool.name,
                 "description": tool.description,
                 "parameters": copy.deepcopy(tool.parameters),
+                # Responses takes an absent ``strict`` as true and then refuses a schema that is
+                # not strict-compatible: always say it.
+                "strict": tool.strict,
             }
             for tool in frame.tools
         ]
@@ -428,21 +462,25 @@ def _anthropic(
         body["system"] = system
     body["messages"] = [{"role": role, "content": blocks} for role, blocks in _merge_turns(turns)]
     if frame.tools:
-        body["tools"] = [
-            {
-                "name": tool.name,
-                "description": tool.description,
-                "input_schema": (
-                    copy.deepcopy(tool.parameters)
-                    if tool.parameters
-                    else {"type": "object", "properties": {}}
-                ),
-            }
-            for tool in frame.tools
-        ]
+        body["tools"] = [_anthropic_tool(tool) for tool in frame.tools]
     if cache is not None:
         _anthropic_markers(body, last_blocks, cache)
     return body
+
+
+def _anthropic_tool(tool: Tool) -> dict[str, Any]:
+    definition: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": (
+            copy.deepcopy(tool.parameters)
+            if tool.parameters
+            else {"type": "object", "properties": {}}
+        ),
+    }
+    if tool.strict:
+        definition["strict"] = True
+    return definition
 
 
 def _anthropic_markers(

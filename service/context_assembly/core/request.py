@@ -29,6 +29,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from context_assembly.core.strict_schema import strict_problems
+
 MAX_OPTION = 1_000_000
 
 
@@ -115,9 +117,26 @@ class Message(Frozen):
 
 
 class Tool(Frozen):
+    """A tool definition. ``strict: true`` asks the provider to hold the model's arguments to the
+    schema (OpenAI and Anthropic); the schema must then be strict-compatible
+    (``core/strict_schema.py``). Left out of dumps when false, so that the counts and hashes of a
+    tool without it stay as they were."""
+
     name: StrictStr = Field(min_length=1, max_length=256)
     description: StrictStr = ""
     parameters: JsonObject = Field(default_factory=dict)
+    strict: StrictBool = Field(default=False, exclude_if=lambda value: value is False)
+
+    @model_validator(mode="after")
+    def _strict_compatible(self) -> Tool:
+        if self.strict:
+            problems = list(strict_problems(self.parameters))
+            if problems:
+                raise ValueError(
+                    f"tool {self.name!r} is strict but its schema is not strict-compatible: "
+                    + "; ".join(problems)
+                )
+        return self
 
 
 class Plugin(Frozen):
@@ -383,6 +402,19 @@ class PrepareRequest(Frozen):
                 "max_context_tokens",
                 "'max_context_tokens' is ambiguous with 'models': each candidate's window comes "
                 "from the model registry",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _output_room(self) -> PrepareRequest:
+        # A provider frame's output limit is the reserve (``render.output_limit``); providers
+        # refuse a limit of 0 (Anthropic requires ``max_tokens`` >= 1).
+        reserve = self.response_reserve + self.options.reasoning_reserve_tokens
+        if self.render != "neutral" and reserve == 0:
+            raise _field_error(
+                "response_reserve",
+                f"render {self.render!r} carries the reserve as the frame's output limit: "
+                "'response_reserve' plus 'assembly.reasoning_reserve_tokens' must be at least 1",
             )
         return self
 

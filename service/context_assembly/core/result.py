@@ -191,6 +191,19 @@ class CacheReport(Frozen):
     prompt_cache_retention: str | None = Field(default=None, exclude_if=_unset)
 
 
+class OutputLimit(Frozen):
+    """``selection.output_limit``: the output limit a provider-shaped frame carries.
+
+    ``parameter`` is the body's key (dotted when nested); ``tokens`` its value: the budget's
+    ``response_reserve + reasoning_reserve_tokens``, or the model's maximum output when that is
+    smaller (``source``).
+    """
+
+    parameter: str
+    tokens: int
+    source: Literal["reserve", "model_maximum"]
+
+
 class SelectionReport(Frozen):
     blocks: list[BlockReport]
     sources: list[SourceReport]
@@ -204,6 +217,7 @@ class SelectionReport(Frozen):
     native_history: bool = Field(default=False, exclude_if=_unset)
     routing: RoutingReport | None = Field(default=None, exclude_if=_unset)
     cache: CacheReport | None = Field(default=None, exclude_if=_unset)
+    output_limit: OutputLimit | None = Field(default=None, exclude_if=_unset)
 
 
 class PrepareResponse(Frozen):

@@ -12,7 +12,7 @@ import orjson
 
 from context_assembly.core.counting import count_messages, count_tools
 from context_assembly.core.frame import Frame
-from context_assembly.core.render import render_frame
+from context_assembly.core.render import output_limit, render_frame
 from context_assembly.core.request import Message, PrepareRequest
 from context_assembly.engine import model_context
 from context_assembly.errors import ContextOverflowError
@@ -68,5 +68,6 @@ def repair_frame(
             needed_tokens=tokens,
             capacity=data["capacity"],
         )
-    rendered = render_frame(frame, data["render"], data["model"], ctx.profile.max_output_tokens)
+    limit = output_limit(int(data["reserve"]), ctx.profile.max_output_tokens)
+    rendered = render_frame(frame, data["render"], data["model"], limit)
     return RepairFrame(rendered, tokens)
