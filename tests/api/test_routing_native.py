@@ -256,7 +256,8 @@ class TestRoutedLifecycle:
         assert neutral["model"] == rendered["model"] == "claude-sonnet-4"
         assert neutral["selection"]["tokenizer"] == "estimate"
         assert neutral["selection"]["exact"] is False
-        assert rendered["frame"]["max_tokens"] == 9000  # the reserve, within claude-sonnet-4's 64000
+        # the reserve, within claude-sonnet-4's 64000
+        assert rendered["frame"]["max_tokens"] == 9000
         frame = neutral_frame(neutral)  # the same frame the anthropic body was rendered from
         repair = _ok(
             client.post(
@@ -276,7 +277,7 @@ class TestRoutedLifecycle:
             "messages": [
                 *frame["messages"],
                 {"role": "assistant", "content": "Unknown."},
-                {"role": "user", "content": repair["frame"]["messages"][-1]["content"][0]["text"]},
+                {"role": "user", "content": repair["frame"]["messages"][-1]["content"]},
             ],
             "tools": frame["tools"],
         }

@@ -91,7 +91,11 @@ def test_input_plus_output_limit_never_exceeds_the_window(body: dict[str, Any]) 
 def test_the_default_reserve_is_the_limit_of_every_render() -> None:
     """Without response_reserve the frame carries 4096, not the model's maximum output."""
     for render in RENDERS:
-        body = {"model": "claude-sonnet-4-5", "render": render, "input": [{"role": "user", "content": "hi"}]}
+        body = {
+            "model": "claude-sonnet-4-5",
+            "render": render,
+            "input": [{"role": "user", "content": "hi"}],
+        }
         answer = orjson.loads(assemble_bytes(orjson.dumps(body), NOW))
         assert frame_limit(render, answer["frame"]) == 4096
 

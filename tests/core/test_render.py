@@ -141,10 +141,7 @@ GOLDEN: dict[Render, dict[str, Any]] = {
         "max_tokens": 1024,
         "system": "You are helpful.\n\nCite sources.",
         "messages": [
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "What is the weather in Paris?"}],
-            },
+            {"role": "user", "content": "What is the weather in Paris?"},
             {
                 "role": "assistant",
                 "content": [
@@ -162,10 +159,7 @@ GOLDEN: dict[Render, dict[str, Any]] = {
                     {"type": "tool_result", "tool_use_id": "call_1", "content": "18C and sunny"}
                 ],
             },
-            {
-                "role": "assistant",
-                "content": [{"type": "text", "text": "It is 18C and sunny in Paris."}],
-            },
+            {"role": "assistant", "content": "It is 18C and sunny in Paris."},
             {
                 "role": "user",
                 "content": [

@@ -198,8 +198,9 @@ export interface HistoryPolicy {
 
 export interface Message {
   /** @default "" */
-  content?: string | (TextPart | OpaquePart)[];
+  content?: string | (TextPart | OpaquePart | NativePart)[];
   name?: string | null;
+  provider_fields?: Record<string, Record<string, unknown>> | null;
   role: "system" | "developer" | "user" | "assistant" | "tool";
   tool_call_id?: string | null;
   tool_calls?: ToolCall[] | null;
@@ -239,6 +240,21 @@ export interface NativeHistory {
   opaque?: boolean;
   /** minimum 0, maximum 100000000 */
   provider_counted_tokens: number;
+}
+
+/**
+ * A provider's own content item, carried as given (`core/provider_messages.py`): the
+ * renderer of `format` sends `item` back unchanged; another renderer refuses it by name.
+ *
+ * `text` is what the service counts for it (exact); without it the part counts as an image
+ * or a file (`media`) or as its compact JSON, and makes the counts uncertain.
+ */
+export interface NativePart {
+  format: "openai-chat" | "anthropic" | "openai-responses";
+  item: Record<string, unknown>;
+  media?: "image" | "file" | null;
+  text?: string | null;
+  type: "native";
 }
 
 export interface Observation {
@@ -324,6 +340,8 @@ export interface PrepareRequest {
   contributors?: ContributorRef[];
   history?: Message[] | NativeHistory;
   input?: Message[];
+  /** @default "auto" */
+  input_format?: "auto" | "neutral" | "openai-chat" | "anthropic" | "openai-responses";
   /** @default "" */
   instructions?: string;
   /** @default "host" */
@@ -536,6 +554,7 @@ export interface ToolCall {
   arguments?: string | Record<string, unknown>;
   id: string;
   name: string;
+  provider_fields?: Record<string, Record<string, unknown>> | null;
 }
 
 export interface UsageRequest {

@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 import orjson
 
-from context_assembly.core.request import Block, Message, TextPart, Tool
+from context_assembly.core.request import Block, Message, NativePart, TextPart, Tool
 
 TokenizerName = Literal["o200k_base", "cl100k_base", "estimate"]
 
@@ -108,11 +108,17 @@ def count_message(message: Message, counter: TokenCounter, profile: ModelProfile
             if isinstance(part, TextPart):
                 tokens += counter.count(part.text)
                 continue
+            if isinstance(part, NativePart) and part.text is not None:
+                tokens += counter.count(part.text)
+                continue
             opaque = True
-            if part.type == "image":
+            media = part.media if isinstance(part, NativePart) else part.type
+            if media == "image":
                 tokens += profile.image_tokens
-            elif part.type == "file":
+            elif media == "file":
                 tokens += profile.file_tokens
+            elif isinstance(part, NativePart):
+                tokens += counter.count(_compact(part.item))
             else:
                 tokens += counter.count(_compact(part.model_dump(mode="json")))
     if message.name is not None:

@@ -83,7 +83,16 @@ from typing import Any, Literal
 import orjson
 
 from context_assembly.core.frame import Frame
-from context_assembly.core.request import Message, OpaquePart, Render, TextPart, Tool, ToolCall
+from context_assembly.core.provider_messages import RESPONSES_CONTENT_TYPES, ProviderFormat
+from context_assembly.core.request import (
+    Message,
+    NativePart,
+    OpaquePart,
+    Render,
+    TextPart,
+    Tool,
+    ToolCall,
+)
 from context_assembly.errors import InvalidError
 
 RAW_ARGUMENTS_KEY = "_raw_arguments"
@@ -150,6 +159,7 @@ def render_frame(
     """
     if target == "neutral":
         return frame.model_dump(mode="json", exclude_none=True)
+    _check_native(frame, target)
     if target == "openai-chat":
         return _openai_cache(_openai_chat(frame, model, max_output_tokens), cache)
     if target == "openai-responses":
@@ -164,9 +174,36 @@ def render_frame(
 # --------------------------------------------------------------------------- shared helpers
 
 
-def _opaque(part: OpaquePart) -> dict[str, Any]:
-    """A pass-through part as a fresh dict (never shared with the frame)."""
+def _opaque(part: OpaquePart | NativePart) -> dict[str, Any]:
+    """A pass-through part as a fresh dict (never shared with the frame): a native part's item
+    as it came, an opaque part as given."""
+    if isinstance(part, NativePart):
+        return copy.deepcopy(part.item)
     return part.model_dump(mode="json")
+
+
+def _fields(owner: Message | ToolCall, target: ProviderFormat) -> dict[str, Any]:
+    """The provider fields ``owner`` keeps for ``target`` (fresh; empty for other targets)."""
+    if owner.provider_fields is None:
+        return {}
+    return copy.deepcopy(owner.provider_fields.get(target, {}))
+
+
+def _check_native(frame: Frame, target: Render) -> None:
+    """Native parts go back to their own format only: another target is a named refusal."""
+    for index, message in enumerate(frame.messages):
+        if isinstance(message.content, str):
+            continue
+        for number, part in enumerate(message.content):
+            if isinstance(part, NativePart) and part.format != target:
+                path = f"frame.messages[{index}].content[{number}]"
+                kind = part.item.get("type", "?")
+                raise InvalidError(
+                    f"{path} is an {part.format} {kind!r} item, carried as given: render "
+                    f"{target!r} cannot send it (render {part.format!r}, or send the message in "
+                    "the neutral shape)",
+                    field=path,
+                )
 
 
 def _texts(message: Message) -> list[str]:
@@ -273,6 +310,7 @@ def _chat_tool_call(call: ToolCall, path: str) -> dict[str, Any]:
         "id": call.id,
         "type": "function",
         "function": {"name": call.name, "arguments": _arguments_string(call.arguments, path)},
+        **_fields(call, "openai-chat"),
     }
 
 
@@ -303,6 +341,7 @@ def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dic
             ]
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
+        item.update(_fields(message, "openai-chat"))
         messages.append(item)
     body: dict[str, Any] = {"model": model, "messages": messages}
     if frame.tools:
@@ -320,10 +359,45 @@ def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dic
 def _responses_content(content: str | list[Any], text_type: str) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
         return content
+    if text_type == "output_text" and all(isinstance(part, TextPart) for part in content):
+        # An input message of the assistant takes its text as a string (the SDK's
+        # EasyInputMessageParam lists input parts only).
+        return "".join(part.text for part in content)
     return [
         {"type": text_type, "text": part.text} if isinstance(part, TextPart) else _opaque(part)
         for part in content
     ]
+
+
+def _responses_items(message: Message, text_type: str) -> list[dict[str, Any]]:
+    """The input items of a non-tool message: one message item, or the items it carries
+    (a ``reasoning`` item and the like) in place, between message items of the other parts."""
+    content = message.content
+    fields = _fields(message, "openai-responses")
+    if isinstance(content, str) or not any(_own_item(part) for part in content):
+        return [{"role": message.role, "content": _responses_content(content, text_type), **fields}]
+    items: list[dict[str, Any]] = []
+    run: list[Any] = []
+    for part in [*content, None]:
+        if part is not None and not _own_item(part):
+            run.append(part)
+            continue
+        if run:
+            items.append(
+                {"role": message.role, "content": _responses_content(run, text_type), **fields}
+            )
+            run = []
+        if isinstance(part, NativePart):
+            items.append(_opaque(part))
+    return items
+
+
+def _own_item(part: Any) -> bool:
+    return (
+        isinstance(part, NativePart)
+        and part.format == "openai-responses"
+        and part.item.get("type") not in RESPONSES_CONTENT_TYPES
+    )
 
 
 def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
@@ -337,15 +411,14 @@ def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -
                     "type": "function_call_output",
                     "call_id": _require_call_id(message, index, "openai-responses"),
                     "output": _responses_content(message.content, "input_text"),
+                    **_fields(message, "openai-responses"),
                 }
             )
             continue
         text_type = "output_text" if message.role == "assistant" else "input_text"
         empty = message.content == "" or message.content == []
         if not (message.tool_calls and empty):
-            items.append(
-                {"role": message.role, "content": _responses_content(message.content, text_type)}
-            )
+            items.extend(_responses_items(message, text_type))
         items.extend(
             {
                 "type": "function_call",
@@ -354,6 +427,7 @@ def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -
                 "arguments": _arguments_string(
                     call.arguments, f"frame.messages[{index}].tool_calls[{number}].arguments"
                 ),
+                **_fields(call, "openai-responses"),
             }
             for number, call in enumerate(message.tool_calls or ())
         )
@@ -421,19 +495,25 @@ def _anthropic(
                 system_blocks.append(block)
                 last_blocks[index] = block
     turns: list[tuple[str, list[dict[str, Any]]]] = []
+    plain: set[int] = set()  # the blocks made of a message's string content
     for index, message in enumerate(frame.messages[start:], start=start):
         if message.role in _INSTRUCTION_ROLES:
             turns.append(("user", _marked_anthropic(message.role, message.content)))
         elif message.role == "user":
             turns.append(("user", _anthropic_blocks(message.content)))
+            if isinstance(message.content, str):
+                plain.update(id(block) for block in turns[-1][1])
         elif message.role == "assistant":
             blocks = _anthropic_blocks(message.content)
+            if isinstance(message.content, str) and not message.tool_calls:
+                plain.update(id(block) for block in blocks)
             blocks.extend(
                 {
                     "type": "tool_use",
                     "id": call.id,
                     "name": call.name,
                     "input": _arguments_object(call.arguments),
+                    **_fields(call, "anthropic"),
                 }
                 for call in message.tool_calls or ()
             )
@@ -450,6 +530,7 @@ def _anthropic(
             )
             if content:
                 result["content"] = content
+            result.update(_fields(message, "anthropic"))
             turns.append(("user", [result]))
         if marked and turns[-1][1]:
             last_blocks[index] = turns[-1][1][-1]
@@ -465,6 +546,11 @@ def _anthropic(
         body["tools"] = [_anthropic_tool(tool) for tool in frame.tools]
     if cache is not None:
         _anthropic_markers(body, last_blocks, cache)
+    for turn in body["messages"]:
+        # A turn that is one message of string content goes back as that string.
+        blocks = turn["content"]
+        if len(blocks) == 1 and id(blocks[0]) in plain and "cache_control" not in blocks[0]:
+            turn["content"] = blocks[0]["text"]
     return body
 
 

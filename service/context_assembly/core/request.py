@@ -29,6 +29,12 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from context_assembly.core.provider_messages import (
+    InputFormat,
+    ProviderFormat,
+    ShapeError,
+    to_neutral,
+)
 from context_assembly.core.strict_schema import strict_problems
 
 MAX_OPTION = 1_000_000
@@ -96,13 +102,39 @@ class OpaquePart(BaseModel):
         return self
 
 
-Part = Annotated[TextPart | OpaquePart, Field(discriminator="type")]
+class NativePart(Frozen):
+    """A provider's own content item, carried as given (``core/provider_messages.py``): the
+    renderer of ``format`` sends ``item`` back unchanged; another renderer refuses it by name.
+
+    ``text`` is what the service counts for it (exact); without it the part counts as an image
+    or a file (``media``) or as its compact JSON, and makes the counts uncertain.
+    """
+
+    type: Literal["native"]
+    format: ProviderFormat
+    item: JsonObject
+    text: StrictStr | None = Field(default=None, exclude_if=lambda value: value is None)
+    media: Literal["image", "file"] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
+
+
+Part = Annotated[TextPart | OpaquePart | NativePart, Field(discriminator="type")]
+
+# Fields of a provider's message or call that the neutral shape has no place for, kept under the
+# format's name and sent back by that format's renderer only.
+ProviderFields = dict[ProviderFormat, JsonObject]
+
+
+def _no_fields(value: object) -> bool:
+    return value is None
 
 
 class ToolCall(Frozen):
     id: StrictStr
     name: StrictStr
     arguments: StrictStr | JsonObject = ""
+    provider_fields: ProviderFields | None = Field(default=None, exclude_if=_no_fields)
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -114,6 +146,7 @@ class Message(Frozen):
     name: StrictStr | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: StrictStr | None = None
+    provider_fields: ProviderFields | None = Field(default=None, exclude_if=_no_fields)
 
 
 class Tool(Frozen):
@@ -323,6 +356,32 @@ class CacheOptions(Frozen):
         return "previous_preparation_id" in self.model_fields_set
 
 
+def read_conversation(data: Any, fields: tuple[str, ...]) -> Any:
+    """``data`` (a request body) with the provider-shaped messages of ``fields`` read into
+    neutral ones, by the body's ``input_format``; an unreadable message is an error at its
+    place (``history.3.content.1``). A bad ``input_format`` is left for the model to report."""
+    if not isinstance(data, dict):
+        return data
+    declared = data.get("input_format", "auto")
+    if declared not in ("auto", "neutral", "openai-chat", "anthropic", "openai-responses"):
+        return data
+    read = dict(data)
+    for field in fields:
+        if isinstance(read.get(field), list):
+            try:
+                read[field] = to_neutral(read[field], declared)
+            except ShapeError as err:
+                raise _located_error((field, *err.loc), err.message) from None
+    return read
+
+
+def _located_error(loc: tuple[str | int, ...], message: str) -> ValidationError:
+    return ValidationError.from_exception_data(
+        "PrepareRequest",
+        [InitErrorDetails(type=PydanticCustomError("message_shape", message), loc=loc, input=None)],
+    )
+
+
 def _field_error(field: str, message: str) -> ValidationError:
     """A request-level rule reported at the field it concerns (``loc`` names the field)."""
     return ValidationError.from_exception_data(
@@ -373,8 +432,16 @@ class PrepareRequest(Frozen):
     scope: Scope = Field(default_factory=Scope)
     timezone: StrictStr = "UTC"
     render: Render = "neutral"
+    # How ``history`` and ``input`` are read (``core/provider_messages.py``); left out of dumps
+    # when "auto", so that the hashes of a request without it stay as they were.
+    input_format: InputFormat = Field(default="auto", exclude_if=lambda value: value == "auto")
     # Left out of dumps when absent, so that the hashes of a request without it stay as they were.
     cache: CacheOptions | None = Field(default=None, exclude_if=lambda value: value is None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_shapes(cls, data: Any) -> Any:
+        return read_conversation(data, ("history", "input"))
 
     @field_validator("history", mode="wrap")
     @classmethod

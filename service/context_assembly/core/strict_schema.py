@@ -34,7 +34,9 @@ def _walk(schema: Any, path: str) -> Iterator[str]:
         if schema.get("additionalProperties") is not False:
             yield f"{path}: an object must set 'additionalProperties': false"
         properties = schema.get("properties")
-        keys = list(properties) if isinstance(properties, dict) else []
+        if not isinstance(properties, dict):
+            properties = {}
+        keys = list(properties)
         required = schema.get("required")
         missing = [key for key in keys if not isinstance(required, list) or key not in required]
         if missing:

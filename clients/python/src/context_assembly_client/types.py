@@ -46,8 +46,10 @@ __all__ = [
     "ModelInfo",
     "ModelList",
     "NativeHistory",
+    "NativePart",
     "Observation",
     "OpaquePart",
+    "OutputLimit",
     "Plugin",
     "PreparationView",
     "PrepareRequest",
@@ -114,7 +116,20 @@ class OpaquePart(BaseModel):
     type: Literal["image", "file", "opaque"]
 
 
-Part: TypeAlias = Annotated[TextPart | OpaquePart, Field(discriminator="type")]
+ProviderFormat: TypeAlias = Literal["openai-chat", "anthropic", "openai-responses"]
+
+
+class NativePart(RequestModel):
+    """A provider's own content item carried as given; rendered back for ``format`` only."""
+
+    type: Literal["native"]
+    format: ProviderFormat
+    item: dict[str, Any]
+    text: str | None = None
+    media: Literal["image", "file"] | None = None
+
+
+Part: TypeAlias = Annotated[TextPart | OpaquePart | NativePart, Field(discriminator="type")]
 
 
 class ToolCall(RequestModel):
@@ -123,6 +138,7 @@ class ToolCall(RequestModel):
     id: str
     name: str
     arguments: str | dict[str, Any] = ""
+    provider_fields: dict[ProviderFormat, dict[str, Any]] | None = None
 
 
 class Message(RequestModel):
@@ -133,14 +149,16 @@ class Message(RequestModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    provider_fields: dict[ProviderFormat, dict[str, Any]] | None = None
 
 
 class Tool(RequestModel):
-    """A tool definition; ``parameters`` is a JSON Schema."""
+    """A tool definition; ``parameters`` is a JSON Schema (strict-compatible when ``strict``)."""
 
     name: str
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=dict)
+    strict: bool = False
 
 
 class Plugin(RequestModel):
@@ -300,6 +318,9 @@ class PrepareRequest(RequestModel):
     scope: Scope = Field(default_factory=Scope)
     timezone: str = "UTC"
     render: Render = "neutral"
+    input_format: Literal["auto", "neutral", "openai-chat", "anthropic", "openai-responses"] = (
+        "auto"
+    )
     cache: CacheOptions | None = None
 
 
@@ -424,6 +445,7 @@ class CacheBreakpoint(ResponseModel):
     after: Literal["tools", "instructions", "history"]
     tokens: int
     ttl: Literal["5m", "1h"]
+    message: int | None = None
 
 
 class SkippedBreakpoint(ResponseModel):
@@ -440,6 +462,16 @@ class CacheReport(ResponseModel):
     cacheable_tokens: int
     breakpoints: list[CacheBreakpoint]
     skipped: list[SkippedBreakpoint]
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+
+
+class OutputLimit(ResponseModel):
+    """``selection.output_limit``: the output-limit parameter a provider frame carries."""
+
+    parameter: str
+    tokens: int
+    source: Literal["reserve", "model_maximum"]
 
 
 class SelectionReport(ResponseModel):
@@ -457,6 +489,7 @@ class SelectionReport(ResponseModel):
     native_history: bool = False
     routing: RoutingReport | None = None
     cache: CacheReport | None = None
+    output_limit: OutputLimit | None = None
 
 
 class PrepareResponse(ResponseModel):

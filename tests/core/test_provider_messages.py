@@ -1,0 +1,248 @@
+"""Provider-shaped history and input (docs/api.md, "Provider-shaped history and input"): read
+into the neutral shape with nothing lost, and rendered back for the same provider unchanged."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from context_assembly.cli import assemble_bytes
+from context_assembly.core.provider_messages import detect, to_neutral
+from context_assembly.core.request import NativePart, PrepareRequest
+from context_assembly.errors import InvalidError
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+CONVERSATIONS = Path(__file__).parent / "conversations"
+FORMATS = ("openai-chat", "anthropic", "openai-responses")
+DATA_PREFIX = '{"context_data"'
+
+
+def recorded(fmt: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = orjson.loads((CONVERSATIONS / f"{fmt}.json").read_bytes())
+    return loaded
+
+
+def prepare(body: dict[str, Any]) -> dict[str, Any]:
+    answer: dict[str, Any] = orjson.loads(assemble_bytes(orjson.dumps(body), NOW))
+    return answer
+
+
+def conversation(fmt: str, frame: dict[str, Any]) -> list[Any]:
+    """The rendered conversation without the service's own parts: the leading system message
+    (OpenAI) and the data message (or, where Anthropic merged it into the input's turn, its
+    block)."""
+    if fmt == "anthropic":
+        turns = copy.deepcopy(frame["messages"])
+        for turn in turns:
+            if isinstance(turn["content"], list):
+                turn["content"] = [
+                    block
+                    for block in turn["content"]
+                    if not str(block.get("text", "")).startswith(DATA_PREFIX)
+                ]
+        return turns
+    items = frame["messages"] if fmt == "openai-chat" else frame["input"]
+    assert items[0]["role"] in {"system", "developer"}  # instructions and the date line
+    return [
+        item
+        for item in items[1:]
+        if not (item.get("role") == "user" and str(item.get("content")).startswith(DATA_PREFIX))
+    ]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("with_data", [False, True])
+def test_a_recorded_conversation_renders_back_unchanged(fmt: str, with_data: bool) -> None:
+    """History and input in a provider's shape, rendered for that provider, equal the input
+    apart from the service's own messages."""
+    body = {**recorded(fmt), "render": fmt, "instructions": "Be brief."}
+    if with_data:
+        body["plugins"] = [{"name": "notes"}]
+        body["contributions"] = [
+            {"source": "notes", "revision": 1, "blocks": [{"id": "n1", "text": "Prefers email."}]}
+        ]
+    answer = prepare(body)
+    assert conversation(fmt, answer["frame"]) == body["history"] + body["input"]
+    if with_data:
+        assert answer["selection"]["blocks"][0]["status"] == "selected"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_declaring_the_format_reads_the_same(fmt: str) -> None:
+    """``input_format`` named explicitly gives the frame that detection gives."""
+    body = {**recorded(fmt), "render": fmt}
+    declared = prepare({**body, "input_format": fmt})
+    assert declared["frame"] == prepare(body)["frame"]
+
+
+def test_tool_calls_and_results_stay_paired_in_order() -> None:
+    """An Anthropic user turn with tool results becomes one tool message per result, right
+    after the assistant's calls, in order; the other blocks follow as a user message."""
+    request = PrepareRequest.model_validate({**recorded("anthropic"), "render": "neutral"})
+    roles = [(m.role, m.tool_call_id, [c.id for c in m.tool_calls or ()]) for m in request.history]
+    assert roles == [
+        ("user", None, []),
+        ("assistant", None, ["toolu_01"]),
+        ("tool", "toolu_01", []),
+        ("assistant", None, ["toolu_02", "toolu_03"]),
+        ("tool", "toolu_02", []),
+        ("tool", "toolu_03", []),
+        ("user", None, []),
+        ("assistant", None, []),
+    ]
+    thinking = request.history[1].content[0]
+    assert isinstance(thinking, NativePart) and thinking.item["signature"] == "EqQBCkYIARgCKkBsig=="
+    assert request.history[5].provider_fields == {"anthropic": {"is_error": True}}
+
+
+def test_openai_chat_tool_calls_read_as_neutral_calls() -> None:
+    """``content: null`` beside ``tool_calls: [{id, type, function}]`` is an assistant turn
+    with neutral calls, not a 422."""
+    request = PrepareRequest.model_validate(recorded("openai-chat"))
+    calls = request.history[2].tool_calls
+    assert calls is not None
+    assert [(c.id, c.name, c.arguments) for c in calls] == [
+        ("call_a", "get_weather", '{"city":"Paris"}'),
+        ("call_b", "get_weather", '{"city":"Rome"}'),
+    ]
+
+
+def test_responses_calls_join_the_assistant_turn_before_them() -> None:
+    """A function_call item follows the reasoning item it came with, in one assistant turn."""
+    request = PrepareRequest.model_validate(recorded("openai-responses"))
+    turn = request.history[1]
+    assert turn.role == "assistant" and turn.tool_calls is not None
+    assert turn.tool_calls[0].provider_fields == {
+        "openai-responses": {"id": "fc_01", "status": "completed"}
+    }
+    assert request.history[2].role == "tool" and request.history[2].tool_call_id == "call_1"
+
+
+def test_text_is_counted_exactly_and_carried_items_make_counts_uncertain() -> None:
+    """Text of any shape counts as text; an image or an encrypted reasoning item does not."""
+    plain = [{"role": "user", "content": "hello"}]
+    texts = [{"role": "user", "content": [{"type": "input_text", "text": "hello"}]}]
+    base = {"model": "gpt-4o", "render": "openai-responses"}
+    first = prepare({**base, "history": plain})
+    second = prepare({**base, "history": texts})
+    assert first["budget"]["history_tokens"] == second["budget"]["history_tokens"]
+    assert second["selection"]["exact"] and not second["selection"]["opaque_or_multimodal"]
+    answer = prepare({**recorded("openai-responses"), "render": "openai-responses"})
+    assert answer["selection"]["opaque_or_multimodal"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "words"),
+    [
+        (
+            {"history": [{"role": "user", "content": "a"}, {"type": "function_call", "name": "f"}]},
+            "history.1.call_id",
+            "call_id must be a string",
+        ),
+        (
+            {
+                "input": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"id": "c", "type": "function", "function": "f"}],
+                    }
+                ]
+            },
+            "input.0.tool_calls.0",
+            "a tool call must be",
+        ),
+        (
+            {"history": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": 5}]}]},
+            "history.0.content.0.tool_use_id",
+            "tool_use_id must be a string",
+        ),
+        (
+            {"input_format": "anthropic", "history": [{"role": "system", "content": "x"}]},
+            "history.0.role",
+            "role must be 'user' or 'assistant'",
+        ),
+        (
+            {"history": [{"role": "user", "content": [{"type": "input_text", "text": "a"}, 7]}]},
+            "history.0.content.1",
+            "a content part must be an object",
+        ),
+    ],
+)
+def test_an_unreadable_message_is_a_422_naming_its_index_and_part(
+    body: dict[str, Any], loc: str, words: str
+) -> None:
+    """The error names the message's index and the part that cannot be read."""
+    with pytest.raises(InvalidError) as caught:
+        prepare({"model": "gpt-4o", **body})
+    errors = caught.value.to_problem()["errors"]
+    assert [e["loc"] for e in errors] == [loc]
+    assert words in errors[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "render"),
+    [("anthropic", "openai-chat"), ("openai-responses", "anthropic"), ("openai-chat", "gemini")],
+)
+def test_a_carried_item_is_refused_by_another_render_by_name(fmt: str, render: str) -> None:
+    """A native item goes back to its own format only; another render names the part."""
+    with pytest.raises(InvalidError) as caught:
+        prepare({**recorded(fmt), "render": render})
+    assert caught.value.extensions["field"].startswith("frame.messages[")
+    assert f"render {render!r} cannot send it" in str(caught.value)
+
+
+def test_the_neutral_frame_keeps_the_provider_items() -> None:
+    """A neutral render carries the native parts and provider fields as read."""
+    answer = prepare({**recorded("anthropic"), "render": "neutral"})
+    assistant = answer["frame"]["messages"][2]
+    assert assistant["content"][0] == {
+        "type": "native",
+        "format": "anthropic",
+        "item": recorded("anthropic")["history"][1]["content"][0],
+    }
+
+
+@pytest.mark.parametrize(
+    ("message", "fmt"),
+    [
+        ({"role": "user", "content": "hi"}, "neutral"),
+        ({"role": "assistant", "content": "", "tool_calls": [{"id": "1", "name": "f"}]}, "neutral"),
+        ({"role": "assistant", "content": None}, "openai-chat"),
+        (
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+            "openai-chat",
+        ),
+        ({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}, "anthropic"),
+        ({"type": "function_call_output", "call_id": "c", "output": ""}, "openai-responses"),
+        ({"role": "user", "content": [{"type": "input_text", "text": "a"}]}, "openai-responses"),
+    ],
+)
+def test_detection_per_message(message: dict[str, Any], fmt: str) -> None:
+    """Each message's shape names its format; a shape every format shares reads as neutral."""
+    assert detect(message) == fmt
+
+
+def test_neutral_messages_are_left_for_the_model_to_validate() -> None:
+    """Declared ``neutral`` reads nothing: a provider shape is then refused as before."""
+    chat = recorded("openai-chat")["history"]
+    assert to_neutral(chat, "neutral") is chat
+    with pytest.raises(ValidationError):
+        PrepareRequest.model_validate(
+            {"model": "gpt-4o", "input_format": "neutral", "history": chat}
+        )
+
+
+def test_a_request_without_provider_shapes_dumps_as_before() -> None:
+    """``input_format`` left at ``auto`` is not dumped, so hashes of old requests stay."""
+    request = PrepareRequest.model_validate(
+        {"model": "gpt-4o", "input": [{"role": "user", "content": "x"}]}
+    )
+    assert "input_format" not in request.model_dump()
+    assert "provider_fields" not in request.model_dump()["input"][0]
