@@ -26,7 +26,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
-EXAMPLES = ["selection", "dispatch_safety", "cache_aware", "contributor", "breakdown"]
+EXAMPLES = ["selection", "dispatch_safety", "cache_aware", "contributor", "breakdown", "provider_sdk"]
 EXAMPLE_TIMEOUT_S = 60
 READY_TIMEOUT_S = 20
 

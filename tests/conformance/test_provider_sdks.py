@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -268,3 +269,22 @@ def test_anthropic_sdk_takes_the_default_reserve_without_streaming_but_not_a_lar
     default = prepare(service, {**body, "response_reserve": 4096, "assembly": {}})["frame"]
     assert default["max_tokens"] == 4096
     assert send(sdks, "anthropic", MODELS["anthropic"], default, stream=False)
+
+
+# ----------------------------------------------------------------------------- provider-shaped input
+
+RECORDED = Path(__file__).parents[1] / "core" / "conversations"
+
+
+@pytest.mark.parametrize("render", ["openai-chat", "anthropic", "openai-responses"])
+def test_a_provider_shaped_conversation_renders_to_what_its_sdk_declares(
+    service: TestClient, sdks: Sdks, render: str
+) -> None:
+    """A conversation recorded in a provider's shape (tool calls, results, images, thinking or
+    reasoning items), posted as it is and rendered for that provider, conforms to the SDK's
+    request types and is sent by the SDK unchanged."""
+    body = orjson.loads((RECORDED / f"{render}.json").read_bytes())
+    frame = prepare(service, {**body, "render": render})["frame"]
+    check_frame(render, frame)
+    send(sdks, render, body["model"], frame, stream=False)
+    assert _as_sent(render, sdks.double.last()) == _as_sent(render, frame)

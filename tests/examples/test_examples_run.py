@@ -13,7 +13,14 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ["selection", "dispatch_safety", "cache_aware", "contributor", "breakdown"]
+EXAMPLES = [
+    "selection",
+    "dispatch_safety",
+    "cache_aware",
+    "contributor",
+    "breakdown",
+    "provider_sdk",
+]
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +141,13 @@ def test_breakdown(sections: dict[str, str]) -> None:
         assert re.search(rf"^  (selected|projected|omitted) +{reason} ", out, re.M), reason
     assert re.search(r"^last: openai/main input \d+ \(delta 0\)", out, re.M)
     assert "(html view: " in out
+
+
+def test_provider_sdk(sections: dict[str, str]) -> None:
+    """An OpenAI-shaped history posted as it is; the OpenAI SDK sends the frame unchanged with
+    the reserve as its output limit; its usage is accounted."""
+    out = sections["provider_sdk"]
+    assert "output limit: max_completion_tokens = 4096 (reserve)" in out
+    assert "block notes/vip: selected (fits, " in out
+    assert "sent roles: system user assistant tool tool user user" in out
+    assert re.search(r"^usage: provider 236 input tokens, delta -?\d+ .* cached 0$", out, re.M)

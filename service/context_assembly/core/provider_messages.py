@@ -16,7 +16,11 @@ format the request declares (``input_format``) or, with ``"auto"``, the one its 
   ``id`` and ``status``, Anthropic's ``is_error``, an OpenAI message's ``refusal: null``) are kept
   in its ``provider_fields`` under the format's name and sent back by that format's renderer.
 
-Anthropic ``cache_control`` markers are not kept: the service places its own (``cache``).
+Anthropic ``cache_control`` markers are not kept: the service places its own (``cache``). A field
+whose value is ``null`` is read as absent (SDK dumps of a provider's answer spell every unset
+field so: ``refusal``, ``audio``, ``caller``, ``citations``), except OpenAI Chat's
+``content: null``; so is OpenAI Chat's ``annotations``, a field of the answer that no request
+declares.
 
 Pure: JSON in, JSON out; a message that cannot be read raises ``ShapeError`` naming where.
 """
@@ -156,6 +160,11 @@ def _rest(item: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
     return {key: value for key, value in item.items() if key not in known}
 
 
+def _present(item: Mapping[str, Any]) -> dict[str, Any]:
+    """``item`` without its ``null`` fields (read as absent)."""
+    return {key: value for key, value in item.items() if value is not None}
+
+
 def _string(value: Any, loc: tuple[str | int, ...], what: str) -> str:
     if not isinstance(value, str):
         raise ShapeError(loc, f"{what} must be a string")
@@ -178,6 +187,7 @@ def _parts(
     for number, part in enumerate(_list(content, loc, "content")):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise ShapeError((*loc, number), "a content part must be an object with a 'type'")
+        part = _present(part)
         extra = _rest(part, frozenset({"type", "text", "cache_control"}))
         if part["type"] in text_types and isinstance(part.get("text"), str) and not extra:
             parts.append({"type": "text", "text": part["text"]})
@@ -210,11 +220,9 @@ def _from_chat(message: dict[str, Any]) -> dict[str, Any]:
         raise ShapeError(("role",), f"unknown role {role!r}")
     neutral: dict[str, Any] = {"role": role}
     content = message.get("content")
-    fields = _rest(message, _CHAT_KNOWN)
+    fields = _present(_rest(message, _CHAT_KNOWN | {"annotations"}))
     if content is None:
         neutral["content"] = ""
-        if not message.get("tool_calls"):
-            fields["content"] = None  # sent back as it came
     else:
         neutral["content"] = _parts(content, CHAT, _CHAT_TEXT, ("content",))
     if message.get("name") is not None:
@@ -227,8 +235,6 @@ def _from_chat(message: dict[str, Any]) -> dict[str, Any]:
             _chat_call(call, ("tool_calls", number))
             for number, call in enumerate(_list(calls, ("tool_calls",), "tool_calls"))
         ]
-    elif "tool_calls" in message:
-        fields["tool_calls"] = calls  # null or [] as given
     _with_fields(neutral, CHAT, fields)
     return neutral
 
@@ -246,7 +252,7 @@ def _chat_call(call: Any, loc: tuple[str | int, ...]) -> dict[str, Any]:
             function.get("arguments", ""), (*loc, "function", "arguments"), "arguments"
         ),
     }
-    fields = _rest(call, frozenset({"id", "type", "function"}))
+    fields = _present(_rest(call, frozenset({"id", "type", "function"})))
     if call.get("type", "function") != "function":
         raise ShapeError((*loc, "type"), f"tool call type {call.get('type')!r} is not 'function'")
     if fields:
@@ -318,7 +324,7 @@ def _anthropic_assistant(blocks: Sequence[Any], offset: int) -> dict[str, Any]:
         }
         if not isinstance(call["arguments"], dict):
             raise ShapeError((*loc, "input"), "a tool_use input must be an object")
-        fields = _rest(block, frozenset({"type", "id", "name", "input", "cache_control"}))
+        fields = _present(_rest(block, frozenset({"type", "id", "name", "input", "cache_control"})))
         if fields:
             call["provider_fields"] = {ANTHROPIC: fields}
         calls.append(call)
@@ -338,7 +344,7 @@ def _anthropic_result(block: dict[str, Any], loc: tuple[str | int, ...]) -> dict
         "tool_call_id": _string(block.get("tool_use_id"), (*loc, "tool_use_id"), "tool_use_id"),
         "content": _parts(content, ANTHROPIC, _ANTHROPIC_TEXT, (*loc, "content")),
     }
-    fields = _rest(block, frozenset({"type", "tool_use_id", "content", "cache_control"}))
+    fields = _present(_rest(block, frozenset({"type", "tool_use_id", "content", "cache_control"})))
     _with_fields(neutral, ANTHROPIC, fields)
     return neutral
 
@@ -350,6 +356,7 @@ _RESPONSES_TEXT: Final = frozenset({"input_text", "output_text"})
 
 def _from_responses(item: dict[str, Any], out: list[Any]) -> None:
     # OpenAI API reference, responses: ResponseInputItemParam.
+    item = _present(item)
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
