@@ -19,6 +19,10 @@ Common rules
       shape, the service cannot translate an arbitrary payload. For Gemini, which has no part
       ``type``, the ``type`` key is dropped and the remaining fields form the part
       (``{"type": "image", "inlineData": {...}}`` → ``{"inlineData": {...}}``).
+    - A ``native`` part (an item read from a provider-shaped message,
+      ``core/provider_messages.py``) is sent as it came by its own format's renderer and refused
+      by the others (``InvalidError`` naming the frame message and part); ``provider_fields`` of
+      a message or tool call are added to its item by that format's renderer only.
     - String tool-call ``arguments`` are sent as given to OpenAI; object arguments as compact
       JSON. Anthropic and Gemini want an object: a JSON-object string is parsed, an empty string
       is ``{}``, and anything else (not JSON, or JSON that is not an object) is kept verbatim as
