@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install.stamp
 
-.PHONY: install serve test test-deep redis lint typecheck bench examples openapi check clean
+.PHONY: install serve test test-deep redis node-modules lint typecheck bench examples openapi check clean
 
 install: $(STAMP)
 
@@ -17,9 +17,13 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 serve: install
 	$(BIN)/context-assembly serve
 
-test: install redis
+# The TypeScript client's packages come first: the examples test runs its AI SDK example.
+test: install redis node-modules
 	$(BIN)/pytest -q
-	cd clients/typescript && npm ci --silent --no-audit --no-fund && npm test --silent
+	cd clients/typescript && npm test --silent
+
+node-modules:
+	cd clients/typescript && npm ci --silent --no-audit --no-fund
 
 # The property, fuzz and state-machine tests with DEEP_SCALE times CI's examples, drawn at random
 # (tests/hypothesis_budget.py), with the rest of the suite: a bug hunt, not part of CI (several
@@ -42,7 +46,7 @@ typecheck: install
 bench: install
 	$(BIN)/python bench/run_all.py
 
-examples: install
+examples: install node-modules
 	$(BIN)/python examples/run_all.py
 
 openapi: install

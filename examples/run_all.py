@@ -26,7 +26,18 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
-EXAMPLES = ["selection", "dispatch_safety", "cache_aware", "contributor", "breakdown", "provider_sdk"]
+EXAMPLES = [
+    "selection",
+    "dispatch_safety",
+    "cache_aware",
+    "contributor",
+    "breakdown",
+    "provider_sdk",
+    "integrations/langchain_agent",
+    "integrations/pydantic_ai_agent",
+    "integrations/openai_agents_agent",
+    "integrations/ai_sdk",  # Node: needs `npm ci` in clients/typescript (make test/examples do it)
+]
 EXAMPLE_TIMEOUT_S = 60
 READY_TIMEOUT_S = 20
 
@@ -73,6 +84,13 @@ def config_toml(folder: Path, contributor_port: int, secret: str) -> str:
     )
 
 
+def command(name: str) -> list[str]:
+    """How an example runs: a Python file with this interpreter, a Node module with node."""
+    if (HERE / f"{name}.mjs").exists():
+        return ["node", str(HERE / f"{name}.mjs")]
+    return [sys.executable, str(HERE / f"{name}.py")]
+
+
 def run_examples(names: list[str], base_url: str, contributor_port: int, secret: str) -> int:
     # The examples see the service URL and the contributor's port and secret, nothing else of ours.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_ASSEMBLY_")}
@@ -88,7 +106,7 @@ def run_examples(names: list[str], base_url: str, contributor_port: int, secret:
         started = time.monotonic()
         try:
             result = subprocess.run(
-                [sys.executable, str(HERE / f"{name}.py")],
+                command(name),
                 env=env,
                 timeout=EXAMPLE_TIMEOUT_S,
                 check=False,

@@ -20,6 +20,7 @@ EXAMPLES = [
     "contributor",
     "breakdown",
     "provider_sdk",
+    "integrations/ai_sdk",
 ]
 
 
@@ -151,3 +152,13 @@ def test_provider_sdk(sections: dict[str, str]) -> None:
     assert "block notes/vip: selected (fits, " in out
     assert "sent roles: system user assistant tool tool user user" in out
     assert re.search(r"^usage: provider 236 input tokens, delta -?\d+ .* cached 0$", out, re.M)
+
+
+def test_ai_sdk(sections: dict[str, str]) -> None:
+    """The AI SDK middleware prepares generateText and streamText calls, reports their usage,
+    and fails open against a closed port."""
+    out = sections["integrations/ai_sdk"]
+    assert re.search(r"^generateText: preparation prep_\S+$", out, re.M)
+    assert re.search(r"^streamText: preparation prep_\S+, \d+ characters streamed$", out, re.M)
+    assert len(re.findall(r"^  usage report ai-sdk-main: provider=normalized ", out, re.M)) == 2
+    assert "closed port: prepare: APIConnectionError; the model got 1 message (user)" in out

@@ -98,7 +98,7 @@ before(async () => {
   });
   const contributor = await listen(handler);
   contributorServer = contributor.server;
-  service = await startService({ contributorUrl: `${contributor.url}/`, contributorSecret: SECRET, apiKey: API_KEY });
+  service = await startService({ apiKey: API_KEY, contributors: { mem: { url: `${contributor.url}/`, secret: SECRET } } });
   client = new ContextAssemblyClient({ baseUrl: service.baseUrl, apiKey: API_KEY, timeoutMs: 10_000 });
 });
 

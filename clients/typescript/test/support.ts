@@ -36,10 +36,17 @@ export async function freePort(): Promise<number> {
   return port;
 }
 
+export interface ContributorEndpoint {
+  url: string;
+  secret: string;
+  failurePolicy?: "fail" | "omit";
+}
+
 export interface ServiceOptions {
-  contributorUrl: string;
-  contributorSecret: string;
-  apiKey: string;
+  /** Turns on `[auth] mode = "api_key"` with this one key; without it there are no keys (loopback). */
+  apiKey?: string;
+  /** Registered contributor endpoints, by name. */
+  contributors?: Record<string, ContributorEndpoint>;
 }
 
 export interface RunningService {
@@ -52,11 +59,27 @@ function toml(value: string): string {
   return JSON.stringify(value); // a JSON string is a valid TOML basic string
 }
 
+/** The service's TOML config: the SQLite store in `folder`, the key and the contributors given. */
+function configText(folder: string, options: ServiceOptions): string {
+  const lines = ["[server]", 'log_level = "warning"', "drain_seconds = 0", ""];
+  if (options.apiKey !== undefined) {
+    const keySha = createHash("sha256").update(options.apiKey).digest("hex");
+    lines.push("[auth]", 'mode = "api_key"', "[[auth.keys]]", 'tenant = "ts-client-tests"', `key_sha256 = ${toml(keySha)}`, "");
+  }
+  lines.push("[store]", `path = ${toml(join(folder, "preparations.db"))}`, "");
+  for (const [name, endpoint] of Object.entries(options.contributors ?? {})) {
+    lines.push(`[contributors.${name}]`, `url = ${toml(endpoint.url)}`, `secret = ${toml(endpoint.secret)}`);
+    if (endpoint.failurePolicy !== undefined) lines.push(`failure_policy = ${toml(endpoint.failurePolicy)}`);
+    lines.push("");
+  }
+  return lines.join("\n");
+}
+
 /**
  * Start `context-assembly serve` on a free port with a temporary TOML config (SQLite store in a
- * temporary folder, one API key, the contributor `mem` registered), and wait for `/healthz`.
+ * temporary folder, the API key and contributor endpoints given), and wait for `/healthz`.
  */
-export async function startService(options: ServiceOptions): Promise<RunningService> {
+export async function startService(options: ServiceOptions = {}): Promise<RunningService> {
   if (!existsSync(SERVICE_BIN)) {
     throw new Error(
       `${SERVICE_BIN} not found: install the service into the repository's .venv first ` +
@@ -65,29 +88,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
   }
   const folder = mkdtempSync(join(tmpdir(), "ca-ts-client-"));
   const config = join(folder, "service.toml");
-  const keySha = createHash("sha256").update(options.apiKey).digest("hex");
-  writeFileSync(
-    config,
-    [
-      "[server]",
-      'log_level = "warning"',
-      "drain_seconds = 0",
-      "",
-      "[auth]",
-      'mode = "api_key"',
-      "[[auth.keys]]",
-      'tenant = "ts-client-tests"',
-      `key_sha256 = ${toml(keySha)}`,
-      "",
-      "[store]",
-      `path = ${toml(join(folder, "preparations.db"))}`,
-      "",
-      "[contributors.mem]",
-      `url = ${toml(options.contributorUrl)}`,
-      `secret = ${toml(options.contributorSecret)}`,
-      "",
-    ].join("\n"),
-  );
+  writeFileSync(config, configText(folder, options));
   const port = await freePort();
   const child: ChildProcess = spawn(SERVICE_BIN, ["serve", "--host", "127.0.0.1", "--port", String(port), "--config", config], {
     cwd: folder,
