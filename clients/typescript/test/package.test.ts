@@ -119,7 +119,7 @@ describe("the package as a user installs it", () => {
     await tsc(consumer, "--noEmit", "main.ts");
 
     // With skipLibCheck off, as here, the AI SDK's own declarations need @types/json-schema.
-    await npm(consumer, "install", ...NPM_FLAGS, installedVersion("ai"), installedVersion("zod"), installedVersion("@types/json-schema"));
+    await npm(consumer, "install", ...NPM_FLAGS, installedVersion("ai"), installedVersion("zod"), installedVersion("@types/json-schema"), installedVersion("openai"));
     writeFileSync(
       join(consumer, "middleware.ts"),
       [
