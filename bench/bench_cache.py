@@ -91,6 +91,7 @@ def one_prepare(raw: bytes, registry: ModelRegistry) -> Callable[[], bytes]:
             tenant="bench",
             previous_preparation_id=None,
             previous=None,
+            key_secret=b"bench secret, 16+",
         ).digests
 
     def call() -> bytes:
@@ -107,6 +108,7 @@ def one_prepare(raw: bytes, registry: ModelRegistry) -> Callable[[], bytes]:
                 tenant="bench",
                 previous_preparation_id="prep_previous",
                 previous=previous,
+                key_secret=b"bench secret, 16+",
                 history_digests=history_digests,
             )
         response = to_response(

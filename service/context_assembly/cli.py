@@ -25,6 +25,9 @@ from context_assembly.validation import parse_model
 
 CLI_TENANT = "local"
 CLI_TTL = timedelta(hours=1)
+# A local run keys automatic ``prompt_cache_key``s with this fixed secret, so its output is
+# reproducible; only the service's keys are secret (``[cache] key_secret`` or the stored one).
+CLI_CACHE_KEY_SECRET = b"context-assembly assemble"
 
 
 def assemble_bytes(raw: bytes, now: datetime) -> bytes:
@@ -55,6 +58,7 @@ def assemble_bytes(raw: bytes, now: datetime) -> bytes:
             tenant=CLI_TENANT,
             previous_preparation_id=None,
             previous=None,
+            key_secret=CLI_CACHE_KEY_SECRET,
         )
     response = to_response(
         request, assembly, ctx, preparation_id=prep_id, expires_at=now + CLI_TTL, cache=turn

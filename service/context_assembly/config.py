@@ -128,6 +128,12 @@ class LimitSettings(_Section):
     max_usage_reports: int = Field(default=64, ge=1, le=10_000)
 
 
+class CacheSettings(_Section):
+    # The HMAC key of automatic ``prompt_cache_key``s. Unset: a random one is generated once and
+    # kept in the store, so every replica and restart shares it. Read at start.
+    key_secret: SecretStr | None = Field(default=None, min_length=16)
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` binds to loopback only."""
     if host in {"localhost", "localhost."}:
@@ -154,6 +160,7 @@ class Settings(BaseSettings):
     contributors: dict[str, ContributorSettings] = Field(default_factory=dict)
     inline_urls: InlineUrlSettings = Field(default_factory=InlineUrlSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:

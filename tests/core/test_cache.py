@@ -3,6 +3,8 @@ turn-to-turn comparison, on whole assemblies through the engine and the renderer
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_assembly.core import cache
-from context_assembly.core.request import Message, PrepareRequest, Render
+from context_assembly.core.request import Message, PrepareRequest, Render, Scope
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import cache_minimum, run_assembly, to_response
 from context_assembly.errors import InvalidError
@@ -73,6 +75,9 @@ def body(**fields: Any) -> dict[str, Any]:
     return {key: value for key, value in base.items() if value is not None}
 
 
+SECRET = b"test secret, 16+"
+
+
 def prepare(
     fields: dict[str, Any],
     registry: ModelRegistry,
@@ -81,6 +86,7 @@ def prepare(
     now: datetime = NOW,
     previous: cache.PrefixDigests | None = None,
     previous_id: str | None = None,
+    key_secret: bytes = b"test secret, 16+",
 ) -> tuple[dict[str, Any], cache.CacheTurn]:
     """One turn: the answer as JSON data, and its cache turn."""
     request = parse_model(PrepareRequest, orjson.dumps(fields))
@@ -97,6 +103,7 @@ def prepare(
         tenant=tenant,
         previous_preparation_id=previous_id,
         previous=previous,
+        key_secret=key_secret,
     )
     response = to_response(
         request, assembly, ctx, preparation_id="prep_test", expires_at=now, cache=turn
@@ -341,6 +348,24 @@ def test_auto_key_is_stable_per_tenant_and_scope(render: Render) -> None:
     assert "acct-secret-42" not in first and "task-7" not in first and len(first) <= 64
 
 
+def test_auto_key_is_an_hmac_under_the_server_secret() -> None:
+    """The automatic key is HMAC-SHA256(secret, [tenant, scope]): another secret gives another
+    key, and without the secret the plain hash of tenant and scope does not give it."""
+    scope = {"account_id": "acct-1"}
+    fields = body(model="gpt-4o", render="openai-chat", scope=scope, cache={"key": "auto"})
+    ours, _ = prepare(fields, ModelRegistry.load(), tenant="t1")
+    theirs, _ = prepare(fields, ModelRegistry.load(), tenant="t1", key_secret=b"another secret!!")
+    raw = orjson.dumps(
+        ["t1", Scope.model_validate(scope).model_dump(mode="json")], option=orjson.OPT_SORT_KEYS
+    )
+    assert (
+        ours["frame"]["prompt_cache_key"]
+        == "ca-" + hmac.new(SECRET, raw, hashlib.sha256).hexdigest()[:32]
+    )
+    assert theirs["frame"]["prompt_cache_key"] != ours["frame"]["prompt_cache_key"]
+    assert ours["frame"]["prompt_cache_key"] != "ca-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
 @pytest.mark.parametrize("render", ["openai-chat", "openai-responses"])
 def test_given_key_and_retention_are_passed_through(render: Render) -> None:
     fields = body(model="gpt-4o", render=render, cache={"key": "conv-1", "retention": "24h"})
@@ -388,6 +413,7 @@ def test_without_cache_the_answer_is_unchanged(render: Render) -> None:
         tenant="t1",
         previous_preparation_id=None,
         previous=None,
+        key_secret=SECRET,
     )
     plain = to_response(request, assembly, ctx, preparation_id="prep_x", expires_at=NOW)
     handed = to_response(

@@ -133,7 +133,8 @@ async def test_file_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
 async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
     tmp_path: Path, now: float
 ) -> None:
-    """A file written before the latest pointer existed opens as version 2 with its records."""
+    """A file written before the latest pointer existed opens as the current version with its
+    records, the pointer and the secrets."""
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
     for statement in _SCHEMA:
@@ -153,10 +154,11 @@ async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
         await store.put(record, latest_of="k")
         latest = await store.latest("acme", "k", now)
         assert latest is not None and latest.id == "prep_new"
+        assert await store.secret("s", b"k" * 32) == b"k" * 32
     finally:
         await store.aclose()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     check.close()
 
 

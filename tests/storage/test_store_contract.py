@@ -470,3 +470,17 @@ async def test_replace_data_moves_the_pointer_data_only_while_it_names_the_recor
     assert await store.latest("acme", key, now) == Latest(later.id, {"turn": 3})
     got = await store.get("acme", record.id, now)
     assert got is not None and got.data == {"v": 3}
+
+
+async def test_a_secret_is_kept_by_the_first_caller_for_every_instance(
+    store_factory: StoreFactory,
+) -> None:
+    """The first candidate of a name is stored; every instance, racing or later, reads it; other
+    names are independent."""
+    first, second = await store_factory(), await store_factory()
+    answers = await asyncio.gather(
+        *(store.secret("cache-key", bytes([n]) * 32) for n, store in enumerate([first, second] * 4))
+    )
+    assert len(set(answers)) == 1 and answers[0] in {bytes([n]) * 32 for n in range(8)}
+    assert await second.secret("cache-key", b"later" * 8) == answers[0]
+    assert await first.secret("other", b"x" * 32) == b"x" * 32

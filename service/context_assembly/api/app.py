@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator
@@ -32,6 +33,9 @@ from context_assembly.preparations import Clock, Preparations
 from context_assembly.storage import Store, open_store
 from context_assembly.tokens.counter import get_counter
 from context_assembly.tokens.registry import ModelRegistry
+
+CACHE_KEY_SECRET = "prompt-cache-key"
+"""The store's name of the secret that keys automatic ``prompt_cache_key``s."""
 
 log = structlog.get_logger("context_assembly.app")
 
@@ -93,8 +97,21 @@ def create_app(
         )
         for name in ("o200k_base", "cl100k_base"):
             get_counter(name).count("warm up")  # build encodings now, not on the first request
+        configured = settings.cache.key_secret
+        key_secret = (
+            configured.get_secret_value().encode()
+            if configured is not None
+            else await the_store.secret(CACHE_KEY_SECRET, os.urandom(32))
+        )
         app.state.preparations = Preparations(
-            settings, the_store, the_client, registry, resolver=resolver, clock=clock, memo=the_memo
+            settings,
+            the_store,
+            the_client,
+            registry,
+            resolver=resolver,
+            clock=clock,
+            memo=the_memo,
+            cache_key_secret=key_secret,
         )
         loop = asyncio.get_running_loop()
         if config_path is not None and threading.current_thread() is threading.main_thread():

@@ -1,7 +1,8 @@
 """Configuration reload without a restart: ``SIGHUP`` or ``POST /v1/admin/reload``.
 
 What reloads: API keys, registered contributors, the inline-URL allowlist and limits. What does
-not: ``[server]`` and ``[store]`` (a new bind or store needs a restart); a file that changes them
+not: ``[server]``, ``[store]`` and ``[cache]`` (a new bind, store or cache-key secret needs a
+restart); a file that changes them
 is refused like an invalid one. A refused reload changes nothing: the running configuration
 stays, and one log line says why (field locations and messages only, never values, which could be
 secrets). Requests in flight finish with the configuration they started with; a later validate
@@ -52,7 +53,11 @@ def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
         result = ReloadResult(False, _errors(err))
         log.warning("config_reload_refused", errors=result.errors)
         return result
-    frozen = [name for name in ("server", "store") if getattr(new, name) != getattr(current, name)]
+    frozen = [
+        name
+        for name in ("server", "store", "cache")
+        if getattr(new, name) != getattr(current, name)
+    ]
     if frozen:
         result = ReloadResult(
             False, [{"loc": name, "msg": "changes here need a restart"} for name in frozen]

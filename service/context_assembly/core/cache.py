@@ -27,11 +27,12 @@ marker in its own types)
 
 OpenAI (``openai-chat``, ``openai-responses``)
     OpenAI caches a prompt's prefix by itself; the body gets ``prompt_cache_key`` (the request's
-    string, or for ``"auto"`` a short hash of tenant and scope: never the scope's values) and
-    ``prompt_cache_retention`` when given (``neutral`` shows both in ``selection.cache`` instead,
-for an adapter to pass on). ``cacheable_tokens`` follows the provider rule over
-    the stable prefix: from the model's minimum (1,024) up, in steps of 128 tokens. In
-    ``legacy`` the leading message changes every turn, so it is 0. ``breakpoints`` is ignored.
+    string, or for ``"auto"`` an HMAC of tenant and scope under the server's secret: it reveals
+    nothing of them, and no tenant can compute another's) and ``prompt_cache_retention`` when
+    given (``neutral`` shows both in ``selection.cache`` instead, for an adapter to pass on).
+    ``cacheable_tokens`` follows the provider rule over the stable prefix: from the model's
+    minimum (1,024) up, in steps of 128 tokens. In ``legacy`` the leading message changes every
+    turn, so it is 0. ``breakpoints`` is ignored.
 
 ``gemini`` ignores ``cache``'s directives; its ``cacheable_tokens`` is 0.
 
@@ -44,6 +45,7 @@ differs, in the order model, layout, tools, instructions, history.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -156,13 +158,14 @@ def openai_cacheable(tokens: int, minimum: int | None) -> int:
     return minimum + (tokens - minimum) // OPENAI_CACHE_STEP * OPENAI_CACHE_STEP
 
 
-def prompt_cache_key(key: str, tenant: str, scope: Scope) -> str:
+def prompt_cache_key(key: str, tenant: str, scope: Scope, secret: bytes) -> str:
     """The ``prompt_cache_key`` for a request's ``cache.key``: the string as given, or for
-    ``"auto"`` a short hash of tenant and scope (the same for every turn of one scope)."""
+    ``"auto"`` an HMAC-SHA256 of tenant and scope under the server's ``secret`` (the same for
+    every turn of one scope, on every replica sharing the secret)."""
     if key != "auto":
         return key
     raw = orjson.dumps([tenant, scope.model_dump(mode="json")], option=orjson.OPT_SORT_KEYS)
-    return "ca-" + hashlib.sha256(raw).hexdigest()[:32]
+    return "ca-" + hmac.new(secret, raw, hashlib.sha256).hexdigest()[:32]
 
 
 def plan(
@@ -174,13 +177,18 @@ def plan(
     minimum: int | None,
     tenant: str,
     scope: Scope,
+    key_secret: bytes,
 ) -> CachePlan:
     """The cache plan of one assembled turn for ``render`` (rules in the module doc).
 
     ``minimum`` is the model's minimum cacheable length for the target provider
     (``ModelRegistry.min_cacheable_prefix``); ``None`` when the provider caches nothing for it.
     """
-    key = prompt_cache_key(options.key, tenant, scope) if options.key is not None else None
+    key = (
+        prompt_cache_key(options.key, tenant, scope, key_secret)
+        if options.key is not None
+        else None
+    )
     if render in _OPENAI:
         cacheable = 0 if legacy else openai_cacheable(assembly.prefix_tokens, minimum)
         directives = CacheDirectives(key=key, retention=options.retention)
@@ -365,6 +373,7 @@ def turn(
     tenant: str,
     previous_preparation_id: str | None,
     previous: PrefixDigests | None,
+    key_secret: bytes,
     history_digests: Sequence[str] | None = None,
 ) -> CacheTurn:
     """The cache handling of one assembled turn of ``request``.
@@ -385,6 +394,7 @@ def turn(
         minimum=minimum,
         tenant=tenant,
         scope=request.scope,
+        key_secret=key_secret,
     )
     digests = prefix_digests(
         assembly,

@@ -11,6 +11,7 @@ adds to its own count.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -93,8 +94,12 @@ class Preparations:
         resolver: Resolver | None = None,
         clock: Clock | None = None,
         memo: AssemblyMemo | None = None,
+        cache_key_secret: bytes | None = None,
     ) -> None:
         self.settings = settings
+        # The HMAC key of automatic ``prompt_cache_key``s (``core/cache.py``): the app passes the
+        # configured or stored one; an instance built without it keys with a random one.
+        self.cache_key_secret = cache_key_secret or os.urandom(32)
         self.store = store
         self.registry = registry
         self.clock = clock or Clock()
@@ -181,6 +186,7 @@ class Preparations:
             tenant=tenant,
             previous_preparation_id=before.id,
             previous=before.digests,
+            key_secret=self.cache_key_secret,
             history_digests=history_digests,
         )
 

@@ -22,6 +22,8 @@ Rules every backend keeps (the contract suite in ``tests/storage`` checks them a
 - ``record_usage`` is atomic and idempotent by ``report_id``: a repeated id changes nothing and
   answers exactly what the first call answered. With ``max_reports`` a new id on a record that
   already holds that many reports changes nothing and answers ``"full"``.
+- ``secret(name, candidate)`` keeps one server secret per name for good (no expiry): the first
+  caller's ``candidate`` is stored, and every caller, on every replica, gets the stored one.
 - Connection failures, timeouts and a busy database raise ``StoreUnavailableError`` (retryable,
   503); they never hang past the backend's deadline.
 
@@ -180,6 +182,10 @@ class Store(Protocol):
     ) -> UsageResult:
         """Atomically apply one usage report (see the module docstring for the rules); a new
         ``report_id`` on a record holding ``max_reports`` reports is ``"full"``."""
+        ...
+
+    async def secret(self, name: str, candidate: bytes) -> bytes:
+        """The server secret ``name``: the stored one, else ``candidate``, stored now."""
         ...
 
     async def purge_expired(self, now: float) -> int:

@@ -401,6 +401,15 @@ class RedisStore:
             return UsageResult("duplicate", accounting)
         return UsageResult("applied", accounting)
 
+    async def secret(self, name: str, candidate: bytes) -> bytes:
+        """``SET NX`` (no expiry), then ``GET``: the first replica's candidate wins."""
+        key = f"{self._prefix}secret:{name}"
+        await self._call(self._client.set(key, candidate, nx=True))
+        value = await self._call(self._client.get(key))
+        if value is None:  # deleted between the two calls: keep ours
+            return candidate
+        return value if isinstance(value, bytes) else value.encode()
+
     async def purge_expired(self, now: float) -> int:
         """Nothing to do: Redis deletes each key at its own ``PEXPIREAT``."""
         return 0

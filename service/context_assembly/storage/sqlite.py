@@ -68,7 +68,7 @@ from context_assembly.storage.codec import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = (
     """
@@ -103,6 +103,14 @@ _LATEST = """
         expires_at     REAL NOT NULL,
         data           BLOB NOT NULL,
         PRIMARY KEY (tenant, scope_key)
+    ) WITHOUT ROWID
+"""
+
+# Added in schema version 3 (created in a fresh file, and on open of an older file).
+_SECRETS = """
+    CREATE TABLE IF NOT EXISTS secrets (
+        name  TEXT PRIMARY KEY,
+        value BLOB NOT NULL
     ) WITHOUT ROWID
 """
 
@@ -399,6 +407,19 @@ class SqliteStore:
 
         return await self._run(functools.partial(_write, apply))
 
+    async def secret(self, name: str, candidate: bytes) -> bytes:
+        """Insert ``candidate`` unless ``name`` exists, then read the stored value, in one
+        write transaction."""
+
+        def keep(conn: sqlite3.Connection) -> bytes:
+            conn.execute(
+                "INSERT OR IGNORE INTO secrets (name, value) VALUES (?, ?)", (name, candidate)
+            )
+            (value,) = conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+            return bytes(value)
+
+        return await self._run(functools.partial(_write, keep))
+
     async def purge_expired(self, now: float) -> int:
         """Delete expired records and their reports in one transaction; returns records deleted."""
 
@@ -468,12 +489,12 @@ def _connect_probe(path: str) -> sqlite3.Connection:
 
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables in a fresh file, add the ``latest`` table to a version 1 file; refuse
-    a file written by a newer schema."""
+    """Create the tables in a fresh file, add the tables a version 1 or 2 file lacks; refuse a
+    file written by a newer schema."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version == SCHEMA_VERSION:
         return
-    if version not in (0, 1):
+    if version not in (0, 1, 2):
         raise sqlite3.OperationalError(
             f"database schema version {version} is not {SCHEMA_VERSION}; refusing to touch it"
         )
@@ -481,6 +502,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in _SCHEMA:
             conn.execute(statement)
     conn.execute(_LATEST)
+    conn.execute(_SECRETS)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
