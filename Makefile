@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e clients/python
+	$(BIN)/pip install --quiet -e '.[dev]' -e 'clients/python[langchain,pydantic-ai,openai-agents]'
 	touch $(STAMP)
 
 serve: install

@@ -20,6 +20,9 @@ EXAMPLES = [
     "contributor",
     "breakdown",
     "provider_sdk",
+    "integrations/langchain_agent",
+    "integrations/pydantic_ai_agent",
+    "integrations/openai_agents_agent",
     "integrations/ai_sdk",
 ]
 
@@ -162,3 +165,26 @@ def test_ai_sdk(sections: dict[str, str]) -> None:
     assert re.search(r"^streamText: preparation prep_\S+, \d+ characters streamed$", out, re.M)
     assert len(re.findall(r"^  usage report ai-sdk-main: provider=normalized ", out, re.M)) == 2
     assert "closed port: prepare: APIConnectionError; the model got 1 message (user)" in out
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "integrations/langchain_agent",
+        "integrations/pydantic_ai_agent",
+        "integrations/openai_agents_agent",
+    ],
+)
+def test_python_runtime_adapters(sections: dict[str, str], name: str) -> None:
+    """Each runtime's agent makes two model calls, each prepared (the protected receipt in, the
+    long history omitted), and both usage reports arrive in the background."""
+    out = sections[name]
+    preparations = re.findall(
+        r"^preparation (prep_\S+) model=gpt-4o-mini layout=stable-prefix$", out, re.M
+    )
+    assert len(preparations) == 2
+    assert out.count("  notes/receipt: selected (protected) ") == 2
+    assert out.count("  notes/history: omitted (budget) ") == 2
+    reported = re.findall(r"^usage report (?:\S+ of )?(prep_\S+): provider=normalized ", out, re.M)
+    assert sorted(reported) == sorted(preparations)
+    assert "stats: prepared=2 failed_open=0 usage_reports=2" in out

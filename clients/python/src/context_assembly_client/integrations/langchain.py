@@ -1,0 +1,362 @@
+"""LangChain v1 agents (``langchain.agents.create_agent``): an ``AgentMiddleware``.
+
+::
+
+    from context_assembly_client.integrations.langchain import ContextAssemblyMiddleware
+
+    agent = create_agent(model, tools, middleware=[
+        ContextAssemblyMiddleware("http://127.0.0.1:8080", template={"model": "gpt-4o-mini"}),
+    ])
+
+``wrap_model_call`` / ``awrap_model_call`` see each model call of the agent (``invoke``,
+``ainvoke`` and the streaming paths alike) and run the loop of :mod:`.preparer`. This module only
+maps between LangChain's types and the neutral shape:
+
+- **In.** ``request.system_message`` is ``instructions``; ``SystemMessage`` / ``HumanMessage`` /
+  ``AIMessage`` / ``ToolMessage`` are system / user / assistant / tool (an ``AIMessage``'s
+  ``tool_calls`` its tool calls, with their ``args`` as the arguments object). Text blocks are
+  text parts; image blocks are ``image`` parts, file, audio, video and document blocks ``file``
+  parts; any other block (reasoning, thinking, provider items) is an ``opaque`` part counted by its
+  text, if it has one. A ``tool_use`` / ``tool_call`` block that repeats one of the message's
+  ``tool_calls`` is left to them. Tools are ``request.tools`` that
+  ``convert_to_openai_tool`` reads; other dict tools (a provider's built-in tools) are not sent and
+  keep their place after the others.
+- **Out.** The messages come back in frame order as the runtime's own objects; the service's
+  leading system message becomes ``system_message`` (the original object when its text is
+  unchanged), and its developer (per-turn) and data messages become ``HumanMessage``s: several
+  chat integrations (Anthropic, Gemini) refuse or move a ``SystemMessage`` that is not the first.
+  Tools come back in frame order.
+- **Caches.** The plan's Anthropic markers become ``cache_control`` on the last content block of
+  the marked message (a string content becomes one text block), as ``langchain-anthropic`` reads
+  it, and ``extras["cache_control"]`` on the last tool when it is a ``BaseTool``. A message without
+  a block to mark (an ``AIMessage`` that only calls tools) is skipped and counted
+  (``stats.cache_markers_skipped``). ``prompt_cache_key`` and ``prompt_cache_retention`` go into
+  ``model_settings``, which the agent binds to the model as call arguments: ask for markers
+  (``cache.breakpoints``) with an Anthropic model and for a key or retention with an OpenAI one.
+- **Usage.** The first ``AIMessage`` of the answer's ``usage_metadata`` is reported as
+  ``provider="normalized"`` (``input_tokens`` already sums cached and cache-creation tokens), with
+  the message id as ``report_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from context_assembly_client._client import AsyncClient, Client
+from context_assembly_client.integrations.preparer import (
+    DEFAULT_DEADLINE,
+    AdapterStats,
+    Carried,
+    Contributions,
+    IntegrationError,
+    Prepared,
+    Preparer,
+    RuntimeCall,
+    cache_control,
+    normalized_usage,
+)
+from context_assembly_client.types import PrepareResponse
+
+__all__ = ["ContextAssemblyMiddleware"]
+
+_ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+_NEUTRAL_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
+_FILE_BLOCKS = frozenset({"file", "document", "audio", "video", "text-plain", "input_file"})
+_CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call"})
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking", "reasoning"} | _CALL_BLOCKS)
+
+ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
+MessageT = TypeVar("MessageT", bound=BaseMessage)
+
+
+class ContextAssemblyMiddleware(AgentMiddleware):
+    """Prepares every model call of a LangChain agent with the context-assembly service.
+
+    Args:
+        client_or_base_url: the service's URL, or a ``Client`` / ``AsyncClient``.
+        template: the prepare request without ``instructions``, ``history``, ``input`` and
+            ``tools`` (``model`` at least; ``render`` is always ``"neutral"``).
+        contributions: ``contributions(state)`` (sync, or async for ``ainvoke``/``astream``)
+            returns the inline sources, called with the agent's state before each model call.
+        fail_open: when the service fails, let the model call go on unchanged (``False``: raise).
+            A 4xx answer always raises.
+        timeout: the deadline of one prepare, in seconds.
+        api_key: the service's API key, with a URL.
+        on_prepared: called with each prepare answer before the model call (ids, manifest).
+    """
+
+    def __init__(
+        self,
+        client_or_base_url: str | Client | AsyncClient,
+        *,
+        template: Mapping[str, Any],
+        contributions: Contributions | None = None,
+        fail_open: bool = True,
+        timeout: float = DEFAULT_DEADLINE,
+        api_key: str | None = None,
+        on_prepared: Callable[[PrepareResponse], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.preparer = Preparer(
+            client_or_base_url,
+            template=template,
+            contributions=contributions,
+            fail_open=fail_open,
+            timeout=timeout,
+            api_key=api_key,
+            on_prepared=on_prepared,
+        )
+
+    @property
+    def stats(self) -> AdapterStats:
+        """Counters: calls prepared, calls that failed open, usage reports and their failures."""
+        return self.preparer.stats
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
+        return self.preparer.flush(timeout)
+
+    def close(self) -> None:
+        """Send the reports under way and close the clients the middleware made."""
+        self.preparer.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code."""
+        await self.preparer.aclose()
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResult:
+        outcome = self.preparer.run(
+            lambda: _call_of(request), request.state, lambda p: _apply(request, p, self.stats)
+        )
+        if outcome is None:
+            return handler(request)
+        prepared_request, prepared = outcome
+        response = handler(prepared_request)
+        self._report(prepared, response)
+        return response
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResult:
+        outcome = await self.preparer.arun(
+            lambda: _call_of(request), request.state, lambda p: _apply(request, p, self.stats)
+        )
+        if outcome is None:
+            return await handler(request)
+        prepared_request, prepared = outcome
+        response = await handler(prepared_request)
+        self._report(prepared, response)
+        return response
+
+    def _report(self, prepared: Prepared, response: ModelResult) -> None:
+        message = _answer(response)
+        if message is None or not message.usage_metadata:
+            return
+        meta = message.usage_metadata
+        details = meta.get("input_token_details") or {}
+        usage = normalized_usage(
+            input_tokens=meta.get("input_tokens"),
+            output_tokens=meta.get("output_tokens"),
+            cached_input_tokens=details.get("cache_read"),
+            cache_creation_input_tokens=details.get("cache_creation"),
+        )
+        self.preparer.report_usage(
+            prepared, provider="normalized", usage=usage, report_id=message.id
+        )
+
+
+# --------------------------------------------------------------------------- LangChain -> neutral
+
+
+def _call_of(request: ModelRequest[Any]) -> RuntimeCall:
+    tools = []
+    for tool in request.tools:
+        neutral = _tool(tool)
+        if neutral is not None:
+            tools.append(Carried(neutral, tool))
+    return RuntimeCall(
+        instructions=str(request.system_prompt or ""),
+        messages=[Carried(_message(message), message) for message in request.messages],
+        tools=tools,
+    )
+
+
+def _tool(tool: BaseTool | dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        function = convert_to_openai_tool(tool).get("function")
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not isinstance(function, Mapping) or not function.get("name"):
+        return None  # a provider's built-in tool: nothing the service can count or order
+    return {
+        "name": function["name"],
+        "description": function.get("description") or "",
+        "parameters": function.get("parameters") or {},
+    }
+
+
+def _message(message: BaseMessage) -> dict[str, Any]:
+    role = message.role if isinstance(message, ChatMessage) else _ROLES.get(message.type)
+    if role not in _NEUTRAL_ROLES:
+        raise IntegrationError(f"a {type(message).__name__} has no neutral role")
+    call_ids: set[str] = set()
+    neutral: dict[str, Any] = {"role": role}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        calls: list[dict[str, Any]] = [
+            {"id": call.get("id") or "", "name": call["name"], "arguments": call.get("args", {})}
+            for call in message.tool_calls
+        ]
+        call_ids = {call["id"] for call in calls}
+        neutral["content"] = _content(message.content, call_ids)
+        neutral["tool_calls"] = calls
+    else:
+        neutral["content"] = _content(message.content, call_ids)
+    if isinstance(message, ToolMessage):
+        neutral["tool_call_id"] = message.tool_call_id
+    elif message.name and role in ("user", "assistant"):
+        neutral["name"] = message.name
+    return neutral
+
+
+def _content(content: str | list[Any], call_ids: set[str]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append({"type": "text", "text": block})
+            continue
+        if not isinstance(block, Mapping):
+            parts.append({"type": "opaque", "kind": type(block).__name__})
+            continue
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind in _CALL_BLOCKS and (block.get("id") or block.get("call_id")) in call_ids:
+            continue  # the same call is one of the message's tool_calls
+        elif kind in _IMAGE_BLOCKS:
+            parts.append({"type": "image"})
+        elif kind in _FILE_BLOCKS:
+            parts.append({"type": "file"})
+        else:
+            parts.append(_opaque(str(kind), block))
+    return parts
+
+
+def _opaque(kind: str, block: Mapping[str, Any]) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "opaque", "kind": kind}
+    for key in ("text", "thinking", "reasoning"):
+        if isinstance(block.get(key), str):
+            part["text"] = block[key]
+            break
+    return part
+
+
+# --------------------------------------------------------------------------- frame -> LangChain
+
+
+def _apply(
+    request: ModelRequest[Any], prepared: Prepared, stats: AdapterStats
+) -> ModelRequest[Any]:
+    system: SystemMessage | None = None
+    by_index: dict[int, AnyMessage] = {}
+    for item in prepared.messages:
+        if item.origin is not None:
+            by_index[item.index] = item.origin
+            continue
+        text = item.neutral["content"]
+        if item.index == 0 and item.neutral["role"] == "system":
+            unchanged = request.system_message is not None and str(request.system_prompt) == text
+            system = request.system_message if unchanged else SystemMessage(content=text)
+        else:  # the per-turn developer message and the data message
+            by_index[item.index] = HumanMessage(content=text)
+    tools = list(prepared.tools)
+    for point in prepared.breakpoints:
+        if point.message is None:
+            marked_tool = _marked_tool(tools[-1], point.ttl) if tools else None
+            if marked_tool is None:
+                stats.add("cache_markers_skipped")
+            else:
+                tools[-1] = marked_tool
+            continue
+        target = (
+            system if point.message == 0 and system is not None else by_index.get(point.message)
+        )
+        marked = _marked(target, point.ttl) if target is not None else None
+        if marked is None:
+            stats.add("cache_markers_skipped")
+        elif isinstance(marked, SystemMessage) and target is system:
+            system = marked
+        else:
+            by_index[point.message] = marked
+    sent = {id(tool) for tool in prepared.tools}
+    kept = [tool for tool in request.tools if id(tool) not in sent]  # not sent: built-in tools
+    settings = dict(request.model_settings)
+    if prepared.prompt_cache_key is not None:
+        settings["prompt_cache_key"] = prepared.prompt_cache_key
+    if prepared.prompt_cache_retention is not None:
+        settings["prompt_cache_retention"] = prepared.prompt_cache_retention
+    return request.override(
+        system_message=system,
+        messages=[by_index[index] for index in sorted(by_index)],
+        tools=[*tools, *kept],
+        model_settings=settings,
+    )
+
+
+def _marked(message: MessageT, ttl: str) -> MessageT | None:
+    """A copy of ``message`` whose last content block carries ``cache_control``, or ``None``."""
+    content: Sequence[Any] = message.content
+    if isinstance(content, str):
+        content = [content] if content else []
+    if not content:
+        return None
+    last = content[-1]
+    if isinstance(last, str):
+        last = {"type": "text", "text": last}
+    if not isinstance(last, Mapping) or last.get("type") in _UNMARKABLE:
+        return None
+    blocks = [*content[:-1], {**last, "cache_control": cache_control(ttl)}]
+    return message.model_copy(update={"content": blocks})
+
+
+def _marked_tool(tool: Any, ttl: str) -> BaseTool | None:
+    if not isinstance(tool, BaseTool):
+        return None
+    return tool.model_copy(
+        update={"extras": {**(tool.extras or {}), "cache_control": cache_control(ttl)}}
+    )
+
+
+def _answer(response: ModelResult) -> AIMessage | None:
+    if isinstance(response, AIMessage):
+        return response
+    if isinstance(response, ExtendedModelResponse):
+        response = response.model_response
+    return next((m for m in response.result if isinstance(m, AIMessage)), None)
