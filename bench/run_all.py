@@ -26,6 +26,7 @@ BENCHES = (
     "bench_service.py",
     "bench_health_under_load.py",
     "bench_load.py",
+    "bench_adapter.py",
 )
 
 
