@@ -61,7 +61,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from context_assembly_client._client import AsyncClient, Client
+from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
     DEFAULT_DEADLINE,
     AdapterStats,

@@ -49,7 +49,7 @@ from typing import Any
 from agents import Agent, FunctionTool, ModelResponse, RunContextWrapper, RunHooks
 from agents.run_config import CallModelData, ModelInputData
 
-from context_assembly_client._client import AsyncClient, Client
+from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
     DEFAULT_DEADLINE,
     AdapterStats,

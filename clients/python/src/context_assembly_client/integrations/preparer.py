@@ -55,8 +55,7 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import anyio
 
-from context_assembly_client._client import AsyncClient, Client
-from context_assembly_client._exceptions import APIStatusError, ContextAssemblyError
+from context_assembly_client import APIStatusError, AsyncClient, Client, ContextAssemblyError
 from context_assembly_client.types import PrepareResponse, Provider
 
 __all__ = [

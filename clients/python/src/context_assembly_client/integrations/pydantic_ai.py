@@ -76,7 +76,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from context_assembly_client._client import AsyncClient, Client
+from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
     DEFAULT_DEADLINE,
     AdapterStats,
