@@ -4,17 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install.stamp
 
-.PHONY: install serve test test-deep redis node-modules lint typecheck bench examples openapi check clean
+.PHONY: install install-runtime serve test test-deep redis node-modules lint typecheck bench examples openapi check clean
+
+RUNTIME_STAMP := $(VENV)/.runtime.stamp
+
+# install-runtime: the service and the Python client, what `make serve` needs. install: also the
+# test, lint and benchmark tools, the providers' SDKs and the agent runtimes of the adapters.
+install-runtime: $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e 'clients/python[langchain,pydantic-ai,openai-agents]'
+	$(BIN)/pip install --quiet -e . -e clients/python
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,otel]' -e 'clients/python[langchain,pydantic-ai,openai-agents]'
 	touch $(STAMP)
 
-serve: install
+serve: install-runtime
 	$(BIN)/context-assembly serve
 
 # The TypeScript client's packages come first: the examples test runs its AI SDK example.

@@ -108,7 +108,7 @@ def main() -> None:
         procs += [service.proc for service in services]
         orders = list(itertools.permutations(services))
         body = svc.fanout_request(8) if args.workload == "fanout" else svc.inline_request()
-        for service in services:  # connections, caches, the memo
+        for service in services:  # connections, caches
             svc.run(svc.load(service.url, body, 16, 480))
             svc.run(svc.load(service.url, body, 1, 50))
         for level in levels:

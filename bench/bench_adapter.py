@@ -204,7 +204,7 @@ def measure(url: str, rounds: int) -> dict[str, list[float]]:
         "prepare": lambda: client.prepare(body),
         "mapping": mapping,
     }
-    for _ in range(20):  # warm up: imports, connection pools, the service's memo
+    for _ in range(20):  # warm up: imports, connection pools, the service's caches
         for run in runs.values():
             run()
     for _ in range(rounds):

@@ -2,8 +2,8 @@
 
 The inline request of ``bench_service.py`` (128 blocks), with four tools and a 20-message history
 as an agent's turn has them, in ``stable-prefix``. Per render target, the p50 of one assembly and
-answer (``run_assembly`` with the process memo, as a repeated turn in the service, then
-``to_response`` and its JSON) without ``cache``, and with it (plus ``core.cache.turn`` against
+answer (``run_assembly`` with the process's count cache warm, as a repeated turn in the
+service, then ``to_response`` and its JSON) without ``cache``, and with it (plus ``core.cache.turn`` against
 the previous turn's digests, given the history's digests as the record has them), interleaved in
 rounds; and the extra time as a share of the first.
 

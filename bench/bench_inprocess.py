@@ -1,7 +1,7 @@
 """In-process prepare: the app's own cost for 128 inline blocks, without a socket or a client.
 
 Calls the ASGI app directly (no uvicorn, no network) with the request of bench_service.py,
-repeated (a memo hit) and with one new entry each time (a memo miss), and prints the p50 of each.
+repeated (every count cached) and with one new entry each time, and prints the p50 of each.
 
 Then the repeated prepare and the bare FastAPI echo of bench_service.py (``echo_app.py``, called
 the same way) back to back, and with the thread asleep for ``--idle-us`` (30 µs) before each
@@ -91,8 +91,8 @@ async def main(idle: float) -> None:
             hit = await p50(app, repeated, 2000)
             miss = await p50(app, fresh[200:], 1000)
             print("in-process prepare, 128 inline blocks (no socket, no client):")
-            print(f"  repeated request (memo hit)      p50 {hit:6.3f} ms")
-            print(f"  one new entry each (memo miss)   p50 {miss:6.3f} ms")
+            print(f"  repeated request                 p50 {hit:6.3f} ms")
+            print(f"  one new entry each               p50 {miss:6.3f} ms")
             await p50(echo_app.app, repeated, 300)  # warm up
             rounds: dict[str, list[float]] = {}
             for _ in range(4):  # interleaved: the machine's speed moves within a minute

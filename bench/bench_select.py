@@ -101,7 +101,7 @@ def run(n: int, reps: int, limit: int) -> None:
         return f"p50 {statistics.median(xs) * 1000:7.2f} ms  p90 {xs[int(len(xs) * 0.9) - 1] * 1000:7.2f} ms"
 
     print(f"{n} blocks, data limit {limit} tokens:")
-    print(f"  validate (SPEC 5.1 rules, graph, cycles): {fmt(valid)}")
+    print(f"  validate (block rules, graph, cycles): {fmt(valid)}")
     print(f"  select, warm counts: {fmt(warm)}")
     print(f"  select, cold counts: {fmt(cold)}")
     print(

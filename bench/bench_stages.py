@@ -40,7 +40,7 @@ import bench_service as svc
 STAGES = (
     ("context_assembly.preparations.operations", "", "plan_sources"),
     ("context_assembly.preparations.operations", "", "new_preparation_id"),
-    ("context_assembly.preparations.targets", "", "check_and_digest"),
+    ("context_assembly.preparations.targets", "", "check_blocks"),
     ("context_assembly.preparations.targets", "", "raise_for_failures"),
     ("context_assembly.preparations.targets", "", "materialised_inputs"),
     ("context_assembly.preparations.operations", "", "run_assembly"),
@@ -125,7 +125,7 @@ def run(n16: int, n1: int) -> None:
             )  # fmt: skip
             url = f"http://127.0.0.1:{port}/v1/prepare"
             try:
-                svc.run(svc.load(url, body, 16, 480))  # connections, caches, the memo
+                svc.run(svc.load(url, body, 16, 480))  # connections, caches
                 service.send_signal(signal.SIGUSR1)
                 time.sleep(0.2)
                 before = svc.cpu_seconds(service.pid)

@@ -1,6 +1,6 @@
 """Figures that a benchmark reports against a target.
 
-A benchmark prints its own detailed lines and, for each figure an issue names, one line
+A benchmark prints its own detailed lines and, for each figure that has a target, one line
 ``FIGURE {json}`` through :func:`report`. ``bench/run_all.py`` (``make bench``) runs every
 benchmark, collects those lines and writes the table in ``bench/RESULTS.md``.
 """

@@ -23,6 +23,7 @@ BENCHES = (
     "bench_cache.py",
     "bench_fanout.py",
     "bench_inprocess.py",
+    "bench_conversation.py",
     "bench_service.py",
     "bench_health_under_load.py",
     "bench_load.py",

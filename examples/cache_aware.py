@@ -10,7 +10,9 @@ placed in the body, and the tokens before the last one.
 Then one synthetic Anthropic usage report per turn (what a provider that read the previous
 turn's cached prefix, when it was kept, would report), and the accounting's
 ``expected_cached_tokens`` beside the reported ``cached_input_tokens``. Last, the timeline of the
-conversation. Offline: no model is called; the service creates no cache and promises no hit.
+conversation: per turn its number, figures, miss (``prefix_changed`` on turn 4) and the first
+change by name (the tool's). Offline: no model is called; the service creates no cache and
+promises no hit.
 
     CONTEXT_ASSEMBLY_URL=http://127.0.0.1:8080 .venv/bin/python examples/cache_aware.py
 """
@@ -143,12 +145,15 @@ def main() -> int:
             ]
         timeline = client.timeline(last_id)
         print(f"timeline: {len(timeline.turns)} turns")
-        for number, row in enumerate(timeline.turns, 1):
+        for row in timeline.turns:
+            change = row.first_change
+            named = "-" if change is None else f"{change.part}:{change.name or change.role or '-'}"
             print(
-                f"  {number}: input={row.total_input_tokens} "
+                f"  {row.turn}: input={row.total_input_tokens} "
                 f"kept={num(row.prefix_kept)} "
                 f"expected={num(row.expected_cached_tokens)} "
-                f"reported={num(row.cached_input_tokens)}"
+                f"reported={num(row.cached_input_tokens)} "
+                f"miss={row.miss or '-'} change={named}"
             )
     return 0
 

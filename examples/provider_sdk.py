@@ -20,7 +20,6 @@ from typing import Any
 
 import httpx2
 import openai
-
 from context_assembly_client import Client, usage_from_openai
 
 BASE_URL = os.environ.get("CONTEXT_ASSEMBLY_URL", "http://127.0.0.1:8080")

@@ -33,6 +33,7 @@ EXAMPLES = [
     "contributor",
     "breakdown",
     "provider_sdk",
+    "mcp_contributor",  # starts its own service: an MCP server is registered in configuration
     "integrations/langchain_agent",
     "integrations/pydantic_ai_agent",
     "integrations/openai_agents_agent",

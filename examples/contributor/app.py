@@ -10,7 +10,7 @@ and register it in the service configuration::
     url = "http://127.0.0.1:9001/contribute"
     secret = "whsec_..."          # the same value as CONTRIBUTOR_SECRET below (optional)
 
-Protocol (SPEC §3.4): ``POST /contribute`` receives ``{type: "contribute", source, scope, input,
+Protocol (docs/contract.md, "Webhook protocol"): ``POST /contribute`` receives ``{type: "contribute", source, scope, input,
 data_budget_tokens, deadline_unix_ms, ...}`` and answers ``200 {revision, blocks}``; a packet of
 ``type: "revision"`` is answered ``200 {revision}``. ``GET /healthz`` answers ``{"status": "ok"}``
 (the compose healthcheck).

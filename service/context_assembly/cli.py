@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
+from context_assembly import __version__
 from context_assembly.core import cache
 from context_assembly.core.blocks import parse_timestamp
 from context_assembly.core.fingerprint import digest
@@ -85,15 +86,24 @@ def _cmd_assemble(args: argparse.Namespace) -> int:
                 raw = handle.read()
     except OSError as err:
         problem = InvalidError(f"cannot read the request file: {err.strerror}", field="FILE")
-        sys.stdout.buffer.write(orjson.dumps(problem.to_problem()) + b"\n")
+        _print_json(orjson.dumps(problem.to_problem()), args.pretty)
         return 2
     try:
         out = assemble_bytes(raw, now)
     except ServiceError as err:
-        sys.stdout.buffer.write(orjson.dumps(err.to_problem()) + b"\n")
+        _print_json(orjson.dumps(err.to_problem()), args.pretty)
         return 2
-    sys.stdout.buffer.write(out + b"\n")
+    _print_json(out, args.pretty)
     return 0
+
+
+def _print_json(data: bytes, pretty: bool | None) -> None:
+    """JSON on stdout: indented when asked, or by default when stdout is a terminal."""
+    if pretty is None:
+        pretty = sys.stdout.isatty()
+    if pretty:
+        data = orjson.dumps(orjson.loads(data), option=orjson.OPT_INDENT_2)
+    sys.stdout.buffer.write(data + b"\n")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -155,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-assembly", description=DESCRIPTION, formatter_class=text
     )
+    parser.add_argument("--version", action="version", version=f"context-assembly {__version__}")
     sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     p_assemble = sub.add_parser(
         "assemble",
@@ -174,6 +185,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TIMESTAMP",
         help="the time to assemble at, as RFC 3339 with an offset (2026-12-02T12:00:00Z); it "
         "sets the date line, block expiry and expires_at. Default: the current time",
+    )
+    p_assemble.add_argument(
+        "--pretty",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="indent the JSON (--no-pretty: one line). Default: indented on a terminal, one line "
+        "when piped",
     )
     p_assemble.set_defaults(func=_cmd_assemble)
     p_serve = sub.add_parser(

@@ -1,4 +1,4 @@
-"""Service settings (SPEC §10.1): a TOML file, overridden by ``CONTEXT_ASSEMBLY_*`` variables.
+"""Service settings (docs/configuration.md): a TOML file, overridden by ``CONTEXT_ASSEMBLY_*`` variables.
 
 Nested keys use ``__`` in variable names (``CONTEXT_ASSEMBLY_STORE__BACKEND=redis``). Settings are
 built once in the entrypoint and passed to ``create_app(settings)``; validators refuse unsafe
@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import ipaddress
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +34,25 @@ from pydantic_settings import (
 )
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+# An MCP header value is a reference to an environment variable, never the value itself.
+_ENV_REF = re.compile(r"^env:([A-Za-z_][A-Za-z0-9_]*)$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an RFC 9110 token
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Headers the MCP calls set themselves (contributors/mcp_exchange.py); a registration cannot.
+_MCP_OWN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "last-event-id",
+        "mcp-protocol-version",
+        "mcp-session-id",
+        "transfer-encoding",
+    }
+)
 
 
 class _Section(BaseModel):
@@ -63,13 +92,86 @@ class StoreSettings(_Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "ca:"
     ttl_seconds: int = Field(default=3600, ge=1, le=30 * 24 * 3600)
+    # SQLite's PRAGMA synchronous: "full" also keeps the last commits through a power loss or an
+    # OS crash, at an fsync per commit (docs/decisions.md, Storage).
+    sqlite_synchronous: Literal["normal", "full"] = "normal"
 
 
 class ContributorSettings(_Section):
+    """A registered contributor: a webhook (the default kind) or an MCP server (``kind = "mcp"``,
+    whose keys are ``resources``, ``tool``, ``tool_arguments`` and ``headers``)."""
+
+    kind: Literal["webhook", "mcp"] = "webhook"
     url: str
     secret: SecretStr | None = None
     failure_policy: Literal["fail", "omit"] = "fail"
     tenants: list[str] | None = None
+    # kind = "mcp": pinned resource URIs read every prepare, or "listed" (resources/list, those
+    # whose audience includes the assistant); one tool called every prepare, with arguments whose
+    # strings may hold "{input}" (the latest user text); headers by environment reference.
+    resources: list[str] | Literal["listed"] | None = None
+    tool: str | None = Field(default=None, min_length=1)
+    tool_arguments: dict[str, JsonValue] | None = None
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers_from_environment(cls, value: Any) -> Any:
+        # ``{name = "env:VARIABLE"}``: the value is read from the environment at load (and again
+        # at each reload). Errors name the header and the variable, never a value.
+        if not isinstance(value, dict):
+            return value
+        resolved: dict[str, SecretStr] = {}
+        for name, ref in value.items():
+            if not isinstance(name, str) or not _HEADER_NAME.match(name):
+                raise ValueError("a header name must be an HTTP token (letters, digits, -)")
+            if name.lower() in _MCP_OWN_HEADERS:
+                raise ValueError(f"header {name!r} is set by the service itself")
+            if isinstance(ref, SecretStr):
+                resolved[name.lower()] = ref
+                continue
+            match = _ENV_REF.match(ref) if isinstance(ref, str) else None
+            if match is None:
+                raise ValueError(
+                    f'header {name!r} must be a reference "env:VARIABLE": a header value is '
+                    "read from the environment, never written in the configuration"
+                )
+            variable = match.group(1)
+            if variable not in os.environ:
+                raise ValueError(f"header {name!r}: environment variable {variable} is not set")
+            if _CONTROL.search(os.environ[variable]):
+                raise ValueError(
+                    f"header {name!r}: environment variable {variable} holds a control character"
+                )
+            resolved[name.lower()] = SecretStr(os.environ[variable])
+        return resolved
+
+    @model_validator(mode="after")
+    def _keys_of_kind(self) -> ContributorSettings:
+        mcp_keys = [
+            key for key in ("resources", "tool", "tool_arguments") if getattr(self, key) is not None
+        ] + (["headers"] if self.headers else [])
+        if self.kind == "webhook":
+            if mcp_keys:
+                raise ValueError(f'{", ".join(mcp_keys)}: only for kind = "mcp"')
+            return self
+        if self.secret is not None:
+            raise ValueError(
+                "secret signs webhook calls; an MCP server takes "
+                'headers = { authorization = "env:NAME" }'
+            )
+        if self.resources is None and self.tool is None:
+            raise ValueError('kind = "mcp" needs resources, a tool, or both')
+        if isinstance(self.resources, list):
+            if not self.resources:
+                raise ValueError('resources: list at least one URI, or give "listed"')
+            if any(not uri or _CONTROL.search(uri) for uri in self.resources):
+                raise ValueError("resources: a URI must be nonempty, without control characters")
+            if len(set(self.resources)) != len(self.resources):
+                raise ValueError("resources: a URI is listed twice")
+        if self.tool_arguments is not None and self.tool is None:
+            raise ValueError("tool_arguments needs a tool")
+        return self
 
     @field_validator("secret")
     @classmethod
@@ -235,3 +337,33 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
         return Settings(**overrides)
     finally:
         _TOML_FILE["path"] = None
+
+
+def explain(error: Mapping[str, Any]) -> str:
+    """One configuration error as ``key: what is wrong``; an unknown key names the nearest valid
+    key of its section (``store.bakend: unknown key; did you mean store.backend?``)."""
+    path = [str(part) for part in error["loc"]]
+    loc = ".".join(path) or "(settings)"
+    if error["type"] != "extra_forbidden":
+        return f"{loc}: {error['msg']}"
+    model = _section_model(path)
+    valid = list(model.model_fields) if model is not None else []
+    near = difflib.get_close_matches(path[-1], valid, n=1)
+    if near:
+        return f"{loc}: unknown key; did you mean {'.'.join([*path[:-1], near[0]])}?"
+    if valid:
+        return f"{loc}: unknown key (valid keys: {', '.join(valid)})"
+    return f"{loc}: unknown key"
+
+
+def _section_model(path: list[str]) -> type[BaseModel] | None:
+    """The settings model whose key the last part of ``path`` should be."""
+    if len(path) == 1:
+        return Settings
+    if path[0] == "contributors":  # [contributors.NAME]: free names, then a registration's keys
+        return ContributorSettings if len(path) == 3 else None
+    field = Settings.model_fields.get(path[0])
+    annotation = field.annotation if field is not None else None
+    if len(path) == 2 and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None

@@ -26,10 +26,10 @@ from context_assembly.core.assemble import Assembly, assemble
 from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.cache import CacheTurn, provider_of
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
-from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.render import OUTPUT_LIMIT_KEYS, output_limit, render_frame
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import (
+    ManifestWarning,
     OutputLimit,
     PrepareResponse,
     RoutingCandidate,
@@ -78,6 +78,14 @@ def model_context(
     return ModelContext(name_, profile, get_counter(name), exact, found is not None)
 
 
+def unknown_model_detail(model: str) -> str:
+    """The words of the ``unknown_model`` warning (manifest and log)."""
+    return (
+        f"model {model!r} is not in the registry (GET /v1/models): its tokens are counted with "
+        "the conservative estimate, and its window is max_context_tokens or the fallback"
+    )
+
+
 def local_time(now: datetime, timezone: str) -> datetime:
     """``now`` in the request's IANA time zone; an unknown name is an invalid request."""
     try:
@@ -95,13 +103,11 @@ def run_assembly(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None = None,
-    memo: AssemblyMemo | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
     A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
-    the candidate it was routed to instead of routing again. A ``memo`` (``core/memo.py``) lets
-    a repeated turn reuse its block decisions; without one everything is decided afresh.
+    the candidate it was routed to instead of routing again.
     """
     local_now = local_time(now, request.timezone)
     if request.models is None:
@@ -109,9 +115,9 @@ def run_assembly(
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
-        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant, memo)
+        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant)
         return assembly, ctx
-    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model, memo)
+    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model)
 
 
 def _assemble(
@@ -123,7 +129,6 @@ def _assemble(
     ctx: ModelContext,
     capacity: Capacity,
     tenant: str,
-    memo: AssemblyMemo | None,
 ) -> Assembly:
     native = request.native_history
     try:
@@ -138,7 +143,6 @@ def _assemble(
             capacity=capacity,
             exact=ctx.exact and native is None,
             tenant=tenant,
-            memo=memo,
         )
     except ContextOverflowError as err:
         if native is None or "shortfall_tokens" not in err.extensions:
@@ -195,7 +199,6 @@ def _route(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None,
-    memo: AssemblyMemo | None,
 ) -> tuple[Assembly, ModelContext]:
     """``first_fit`` over the candidates (or only ``pin_model``)."""
     names = [pin_model] if pin_model is not None else request.candidates
@@ -220,18 +223,14 @@ def _route(
         tried.append((candidate, ctx, capacity))
         if candidate.fits:
             routed = request.model_copy(update={"model": name})
-            assembly = _assemble(
-                routed, setups, inputs, now, local_now, ctx, capacity, tenant, memo
-            )
+            assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
             chosen = assembly, ctx
             break
     if chosen is None and _may_compact(request):
         for index, (candidate, ctx, capacity) in enumerate(tried):
             routed = request.model_copy(update={"model": candidate.model})
             try:
-                assembly = _assemble(
-                    routed, setups, inputs, now, local_now, ctx, capacity, tenant, memo
-                )
+                assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
             except ContextOverflowError:
                 continue
             tried[index] = (
@@ -311,6 +310,9 @@ def to_response(
     selection = assembly.selection
     if cache is not None:
         selection = selection.model_copy(update={"cache": cache.report})
+    if not ctx.known:
+        warning = ManifestWarning(code="unknown_model", detail=unknown_model_detail(ctx.model))
+        selection = selection.model_copy(update={"warnings": [warning]})
     budget = assembly.budget
     reserve = budget.response_reserve + budget.reasoning_reserve_tokens
     limit = output_limit(reserve, ctx.profile.max_output_tokens)

@@ -13,6 +13,7 @@
      ├── UnauthenticatedError      UNAUTHENTICATED            401
      ├── NotFoundError             NOT_FOUND                  404
      ├── MethodNotAllowedError     METHOD_NOT_ALLOWED         405
+     ├── BadRequestError           BAD_REQUEST                400
      ├── PayloadTooLargeError      PAYLOAD_TOO_LARGE          413
      ├── RequestHeadTooLargeError  REQUEST_HEAD_TOO_LARGE     431
      ├── RequestTimeoutError       REQUEST_TIMEOUT            408
@@ -141,6 +142,15 @@ class MethodNotAllowedError(ServiceError):
     code = "METHOD_NOT_ALLOWED"
     title = "Method not allowed"
     status = 405
+
+
+class BadRequestError(ServiceError):
+    """The request is not HTTP/1.1 that the server can parse: an invalid request line, a control
+    character in a header, a ``Content-Length`` that is not a number, a malformed chunk."""
+
+    code = "BAD_REQUEST"
+    title = "Bad request"
+    status = 400
 
 
 class PayloadTooLargeError(ServiceError):

@@ -1,4 +1,5 @@
-"""Bounds on each HTTP/1.1 request's head and body, where uvicorn reads them.
+"""The HTTP/1.1 edge, where uvicorn reads requests: bounds on each request's head and body, and
+problem+json for what uvicorn refuses before any application runs.
 
 uvicorn's httptools protocol buffers a request head of any size and waits for a head or a body
 for ever (its only timer is the keep-alive one between requests; h11's
@@ -14,16 +15,34 @@ adds the three ``[limits]`` bounds to it, per connection:
   request, from when the answers before it are done: uvicorn reads no more until then).
 
 Over a time limit the answer is 408 and the connection is closed (when an answer is already
-under way on the connection, the connection is only closed). Both refusals are problem+json
-(``errors.RequestHeadTooLargeError``, ``errors.RequestTimeoutError``). ``server.serve`` selects
-the class with ``uvicorn.run(http=...)``; a reverse proxy in front can hold the same bounds
-(docs/operations.md, Limits).
+under way on the connection, the connection is only closed). A request the HTTP parser refuses (an
+invalid request line, a control character in a header, a ``Content-Length`` that is not a
+number, a malformed chunk) gets 400 instead of uvicorn's plain-text one, and the connection is
+closed. Every refusal is problem+json (``errors.RequestHeadTooLargeError``,
+``errors.RequestTimeoutError``, ``errors.BadRequestError``) with an ``X-Request-Id``: the caller's
+own when the head read so far holds a usable one (the rule of ``api.middleware``), else a new one.
+uvicorn's own lines about the connection (``uvicorn.error``: "Invalid HTTP request received." and
+the like) carry the same ``request_id``; ``logs.configure_logging`` makes them JSON lines.
+``server.serve`` selects the class with ``uvicorn.run(http=...)``; a reverse proxy in front can
+hold the same bounds (docs/operations.md, Limits).
+
+What this relies on in uvicorn, beyond its public API: ``HttpToolsProtocol``'s constructor
+signature, its ``data_received``, ``send_400_response`` and parser callbacks (``on_message_begin``,
+``on_headers_complete``, ``on_body``, ``on_message_complete``) and ``on_response_complete``; its
+attributes ``transport``, ``loop``, ``cycle``, ``pipeline``, ``url``, ``headers``, ``logger`` and
+``server_state.default_headers``; ``STATUS_LINE``; and ``RequestResponseCycle``'s
+``response_started``, ``response_complete``, ``disconnected``, ``message_event`` and ``logger``.
+None of these is a documented interface, so ``pyproject.toml`` pins uvicorn to the minor version
+this module is tested with (tests/e2e/test_e2e_limits.py, tests/e2e/test_e2e_http_edge.py); moving
+the pin means running those tests against the new version first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import logging
+import secrets
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import orjson
@@ -31,8 +50,14 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from context_assembly.api.middleware import REQUEST_ID, _usable_id
 from context_assembly.config import LimitSettings
-from context_assembly.errors import RequestHeadTooLargeError, RequestTimeoutError, ServiceError
+from context_assembly.errors import (
+    BadRequestError,
+    RequestHeadTooLargeError,
+    RequestTimeoutError,
+    ServiceError,
+)
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -53,6 +78,22 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # Bytes received of the head being read; None while no head is being read (a body).
         self._head_bytes: int | None = 0
         self._limit_timer: asyncio.TimerHandle | None = None
+        # The id of the request being read, once a refusal or a line of uvicorn's needs one.
+        self._request_id: str | None = None
+        # uvicorn logs about the connection through ``self.logger``: the same logger, with the
+        # request's id on each line. (The application's own runs keep the plain one: see
+        # ``on_headers_complete``.)
+        self._plain_logger = self.logger
+        self.logger = _RequestLog(self.logger, self._current_request_id)  # type: ignore[assignment]
+
+    def _current_request_id(self) -> str:
+        """The id of the request being read: the caller's ``X-Request-Id`` among the header
+        fields read so far when it is usable, else a new one; the same until the next request."""
+        if self._request_id is None:
+            sent = next((v for n, v in self.headers or () if n == REQUEST_ID.encode()), b"")
+            caller = sent.decode("latin-1")
+            self._request_id = caller if _usable_id(caller) else secrets.token_hex(8)
+        return self._request_id
 
     def _arm(self, seconds: float, error: Callable[[LimitSettings], ServiceError]) -> None:
         self._disarm()
@@ -87,6 +128,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             head += [
                 b"content-type: application/problem+json\r\n",
                 b"content-length: %d\r\n" % len(body),
+                b"%s: %s\r\n" % (REQUEST_ID.encode(), self._current_request_id().encode("ascii")),
                 b"connection: close\r\n\r\n",
             ]
             self.transport.write(b"".join(head) + body)
@@ -118,9 +160,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_bytes is not None and self._head_bytes > self._limits.max_head_bytes:
             self._refuse(_head_too_large(self._limits))
 
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn calls it when the parser refuses the bytes (after logging ``msg`` through
+        # ``self.logger``, so with the id the answer carries): problem+json instead of its text.
+        self._refuse(
+            BadRequestError(
+                "the request is not valid HTTP/1.1 (its request line, a header field, its "
+                "Content-Length or a chunk is malformed); the connection is closed"
+            )
+        )
+
     # httptools parser callbacks
 
     def on_message_begin(self) -> None:
+        self._request_id = None
         super().on_message_begin()
         if self._limit_timer is None:  # a later request on a kept-alive connection
             self._arm(self._limits.head_timeout_seconds, _head_timeout)
@@ -135,6 +188,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = None
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None:
+            # The lines uvicorn logs about an application's run carry no id of ours: the
+            # application's middleware names that request with its own id, in its own lines.
+            self.cycle.logger = self._plain_logger
         if not self.pipeline:  # served now, not waiting behind an earlier request's answer
             self._arm(self._limits.body_timeout_seconds, _body_timeout)
 
@@ -160,6 +217,26 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._head_bytes = 0  # the next request's head
         super().on_message_complete()
+
+
+class _RequestLog(logging.LoggerAdapter[logging.Logger]):
+    """``uvicorn.error`` for one connection: each line carries the ``request_id`` of the request
+    being read (asked for only when a line is logged)."""
+
+    def __init__(self, logger: logging.Logger, request_id: Callable[[], str]) -> None:
+        super().__init__(logger)
+        self._request_id = request_id
+
+    @property
+    def level(self) -> int:
+        # uvicorn reads ``self.logger.level`` to skip its trace lines.
+        return self.logger.level
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**kwargs.get("extra", {}), "request_id": self._request_id()}
+        return msg, kwargs
 
 
 def _head_too_large(limits: LimitSettings) -> ServiceError:

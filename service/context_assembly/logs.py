@@ -2,6 +2,11 @@
 
 Logs carry ids, sizes, statuses and timings. Never block text, instructions, history or input:
 call sites pass only those, and no request or response body is ever logged.
+
+Lines logged through the standard library's ``logging`` (uvicorn's ``uvicorn.error``: its
+start-up and shutdown lines, "Invalid HTTP request received."; asyncio's and the client
+libraries' warnings) are handed to structlog too, so the process writes one kind of line: JSON,
+with ``logger`` naming where it came from and ``request_id`` when the record has one.
 """
 
 from __future__ import annotations
@@ -21,8 +26,31 @@ _LEVELS = {
 }
 
 
+class _ToStructlog(logging.Handler):
+    """Re-emits a standard-library record through structlog: its level, its message, the name of
+    its logger, its ``request_id`` and its exception, and nothing else of the record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, object] = {"logger": record.name}
+            request_id = getattr(record, "request_id", None)
+            if request_id is not None:
+                fields["request_id"] = request_id
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            structlog.get_logger().log(record.levelno, record.getMessage(), **fields)
+        except Exception:
+            self.handleError(record)
+
+
 def configure_logging(level: str = "info") -> None:
-    """Production recipe: filtering bound logger, contextvars, ISO UTC time, orjson JSON lines."""
+    """Production recipe: filtering bound logger, contextvars, ISO UTC time, orjson JSON lines;
+    the standard library's records go through the same (``_ToStructlog``).
+
+    uvicorn configures its own loggers as it starts (a handler writing plain text); this runs
+    after that in every serving process (``server.app_from_env``) and takes them over: their
+    records propagate to the root logger's handler, at the service's level. uvicorn's access
+    logger stays off (the service logs its own access line)."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -39,3 +67,15 @@ def configure_logging(level: str = "info") -> None:
         # reloadable), so each module's logger is bound on first use instead of on every call.
         cache_logger_on_first_use=True,
     )
+    numeric = _LEVELS.get(level, logging.INFO)
+    root = logging.getLogger()
+    # Idempotent: a second call replaces the handler of the first.
+    root.handlers = [h for h in root.handlers if not isinstance(h, _ToStructlog)]
+    root.addHandler(_ToStructlog())
+    # Other libraries' lines from warning up, whatever the service's level.
+    root.setLevel(max(numeric, logging.WARNING))
+    for name in ("uvicorn", "uvicorn.error"):
+        uvicorn_log = logging.getLogger(name)
+        uvicorn_log.handlers = []
+        uvicorn_log.propagate = True
+        uvicorn_log.setLevel(numeric)

@@ -5,17 +5,26 @@ tenants' data, and never a value a caller chooses freely. A contributor call is 
 registered endpoint it went to (the operator's configuration bounds that set), or ``inline`` for
 an inline URL; a request's own source names would let one caller grow the series without bound
 and would show every tenant's names on the unauthenticated ``/metrics``.
+
+Two process-wide mechanisms show whether they pay: the token count cache
+(``tokens/counter.py``: hits, misses, entries) and the garbage collector that ``server.tune_gc``
+tunes (prometheus_client's ``python_gc_*`` families, and the objects ``gc.freeze`` set aside).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import gc
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.registry import Collector
 
 from context_assembly.core.request import ContributorRef
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
+from context_assembly.tokens.counter import CountCache, shared_count_cache
 
 _LATENCY_BUCKETS = (
     0.001,
@@ -44,11 +53,58 @@ def _child(cache: dict[tuple[str, str], Any], family: Any, key: tuple[str, str])
     return child
 
 
-class Metrics:
-    """The service's metric families."""
+class CountCacheCollector(Collector):
+    """The token count cache's counters, read at each scrape (``CountCache.info``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: CountCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        info = self._cache.info()
+        yield CounterMetricFamily(
+            "context_assembly_token_count_cache_hits",
+            "Token counts answered from the count cache",
+            value=info.hits,
+        )
+        yield CounterMetricFamily(
+            "context_assembly_token_count_cache_misses",
+            "Token counts computed by the tokenizer (not in the count cache)",
+            value=info.misses,
+        )
+        yield GaugeMetricFamily(
+            "context_assembly_token_count_cache_entries",
+            "Counts the count cache holds",
+            value=info.size,
+        )
+        yield GaugeMetricFamily(
+            "context_assembly_token_count_cache_max_entries",
+            "The most counts the count cache holds",
+            value=info.max_entries,
+        )
+
+
+class FrozenObjectsCollector(Collector):
+    """How many objects ``gc.freeze`` set aside (``server.tune_gc``; 0 when it has not run)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "context_assembly_gc_frozen_objects",
+            "Objects moved out of the garbage collector's reach at startup (gc.freeze)",
+            value=gc.get_freeze_count(),
+        )
+
+
+class Metrics:
+    """The service's metric families. ``count_cache`` is the token count cache to show (by
+    default the process-wide one)."""
+
+    def __init__(self, count_cache: CountCache | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.registry.register(
+            CountCacheCollector(count_cache if count_cache is not None else shared_count_cache())
+        )
+        GCCollector(registry=self.registry)
+        self.registry.register(FrozenObjectsCollector())
         self.requests = Counter(
             "context_assembly_requests_total",
             "HTTP requests by route and status",
@@ -102,7 +158,7 @@ class Metrics:
         contributors: Sequence[ContributorRef] = (),
     ) -> None:
         """One answered prepare or refresh; ``decisions`` is ``decision_tally`` of its manifest
-        when the caller has it (a memoised turn counted them once), else it is counted here.
+        when the caller has it (``Prepared.decisions``), else it is counted here.
         ``contributors`` are the request's, which say where each webhook source was called."""
         _child(self._prepare_children, self.prepare_seconds, (operation, "200")).observe(seconds)
         tally = decisions if decisions is not None else decision_tally(response.selection.blocks)

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 
 from context_assembly.api.app import create_app
-from context_assembly.config import Settings, load_settings
+from context_assembly.config import Settings, explain, load_settings
 from context_assembly.http_limits import LimitedHttpToolsProtocol
 from context_assembly.logs import configure_logging
 
@@ -56,8 +56,7 @@ def _settings(config: str | None, overrides: dict[str, object]) -> Settings:
     except ValidationError as err:
         # Field locations and messages only: an input value could be a secret.
         for item in err.errors(include_input=False, include_url=False):
-            loc = ".".join(str(p) for p in item["loc"]) or "(settings)"
-            print(f"context-assembly: invalid configuration: {loc}: {item['msg']}", file=sys.stderr)
+            print(f"context-assembly: invalid configuration: {explain(item)}", file=sys.stderr)
         raise SystemExit(2) from err
     except (FileNotFoundError, ValueError) as err:
         print(f"context-assembly: invalid configuration: {err}", file=sys.stderr)
@@ -88,7 +87,8 @@ def serve(*, host: str | None, port: int | None, config: str | None, workers: in
         access_log=False,
         log_level="warning",
         # uvicorn hands it to asyncio.timeout, which takes seconds as a float: 0.5 is half a
-        # second and 0 no drain (int() once made 0.5 into 0 and then None: no bound at all).
+        # second and 0 no drain. It goes through as given: rounded to an int, 0.5 would become
+        # 0, which uvicorn reads as no bound at all.
         timeout_graceful_shutdown=settings.server.drain_seconds,  # type: ignore[arg-type]
     )
     return 0

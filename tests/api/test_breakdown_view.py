@@ -1,188 +1,433 @@
-"""The breakdown's HTML against the prepare answer it shows: the window as a stacked bar of every
-budget term, the free window and the reserves (each small term still visible), a row per part
-with its figure and share, the remaining tokens, one row per block with its dependencies and per
-source, in the answer's order and with its figures (read with the standard library's HTML
-parser)."""
+"""The breakdown page against the stored preparation it shows (in-process app, real SQLite
+file): the parts of the window add up to the capacity and the page says how remaining, data
+and blocks relate; parts are named by what they hold and absent when empty; the cache section
+gives the plan, the previous turn, the first change by name and the cause of the expected and
+reported cached tokens, in HTML and in text; nothing of the request's texts is shown; the
+stylesheet keeps the page within a 360 px screen (checked by eye in a browser as well)."""
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
+import re
 from typing import Any
 
-from api_support import AppFactory, basic_request
+import pytest
+from api_support import AppFactory, FakeWall, basic_request
+from page_support import (
+    INSTRUCTIONS,
+    Page,
+    converse,
+    new_scope,
+    next_history,
+    ok,
+    prepare,
+    report,
+    tool,
+    turn_body,
+)
 
-# The parts of the window the page shows in frame order, with the answer's field for each
-# (written out here, not taken from the module under test); "free window" is what the selected
-# data left of the remaining tokens.
+# The parts of the window in frame order, each with the stored budget's field (written out
+# here, not taken from the module under test); "unused" is what the data left of the
+# remaining tokens. The date line's label depends on the legacy views (see below).
 PARTS = (
     ("instructions", "instructions_tokens"),
-    ("legacy data + date", "legacy_data_tokens"),
+    (None, "legacy_data_tokens"),
     ("tools", "tools_tokens"),
     ("history", "history_tokens"),
     ("input", "input_tokens"),
-    ("selected data", "data_tokens"),
-    ("free window", None),
+    ("data", "data_tokens"),
+    ("unused", None),
     ("response reserve", "response_reserve"),
     ("reasoning reserve", "reasoning_reserve_tokens"),
 )
+MARKS = "ILTHUDFRQ"  # the text view's mark of each part, in the same order
 
 
-def _parts(budget: dict[str, int]) -> list[tuple[str, int]]:
-    free = budget["remaining_tokens"] - budget["data_tokens"]
-    return [(label, budget[key] if key else free) for label, key in PARTS]
+def _parts(budget: dict[str, int], date_label: str) -> list[tuple[str, int, str]]:
+    """``(label, tokens, mark)`` of the non-empty parts, computed from the stored budget."""
+    unused = budget["remaining_tokens"] - budget["data_tokens"]
+    found = [
+        (label or date_label, budget[key] if key else unused, mark)
+        for (label, key), mark in zip(PARTS, MARKS, strict=True)
+    ]
+    return [part for part in found if part[1] > 0]
 
 
 def _share(tokens: int, capacity: int) -> str:
     share = 100 * tokens / capacity
-    if share == 0:
-        return "0%"
     return f"{share:.2f}%" if share < 1 else f"{share:.1f}%"
 
 
-class Tables(HTMLParser):
-    """The cells of each ``<table id=...>``, row by row, each bar's style by table, and the
-    stacked window's segments (style and title)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: dict[str, list[list[str]]] = {}
-        self.bars: dict[str, list[str]] = {}
-        self.segments: list[tuple[str, str]] = []
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        found = dict(attrs)
-        if tag == "table":
-            self._table = found.get("id") or ""
-            self.tables[self._table] = []
-            self.bars[self._table] = []
-        elif tag == "tr" and self._table is not None:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th") and self._table is not None:
-            self._cell = []
-        elif tag == "span" and found.get("class") == "bar" and self._table is not None:
-            self.bars[self._table].append(found.get("style") or "")
-        elif tag == "span" and found.get("class") == "seg":
-            self.segments.append((found.get("style") or "", found.get("title") or ""))
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._table is not None and self._cell is not None:
-            self.tables[self._table][-1].append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "table":
-            self._table = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-
-
 def _request() -> dict[str, Any]:
+    """Blocks that meet most decisions; every other entry needs the one before it and the
+    receipt."""
     body = basic_request()
-    blocks = body["contributions"][0]["blocks"]
-    blocks += [
+    body["contributions"][0]["blocks"] += [
         {
             "id": f"entry-{i}",
             "text": f"Entry {i}. " * (40 * i + 1),
             "priority": i,
-            # every other entry needs the one before it and the receipt
             "dependencies": [f"memory/entry-{i - 1}", "memory/receipt"] if i % 2 else [],
         }
         for i in range(6)
     ]
-    # The default window of gpt-4o-mini (128,000 tokens): the input terms are a few tokens each.
     body["assembly"] = {"layout": "stable-prefix", "max_data_tokens": 300}
     body["response_reserve"] = 1000
     return body
 
 
-def test_the_html_tables_carry_the_answers_figures(make_client: AppFactory) -> None:
-    client = make_client()
-    prep = client.post("/v1/prepare", json=_request()).json()
-    page = client.get(
-        f"/v1/preparations/{prep['preparation_id']}/breakdown", headers={"Accept": "text/html"}
-    ).text
-    parsed = Tables()
-    parsed.feed(page)
-    budget = prep["budget"]
-    capacity = budget["capacity"]
-    parts = _parts(budget)
-    assert sum(tokens for _, tokens in parts) == capacity  # the parts fill the window
-    rows = parsed.tables["budget"][1:]  # after the heading row
-    assert rows == [
-        [label, str(tokens), _share(tokens, capacity), ""] for label, tokens in parts
-    ] + [
-        [
-            "remaining tokens (for data, after the input terms and the reserves)",
-            str(budget["remaining_tokens"]),
-            _share(budget["remaining_tokens"], capacity),
-            "",
-        ],
-        ["capacity", str(capacity), "100%", ""],
-    ]
-    # A bar per part: its share of 400 px, but never under 4 px when the part is not empty.
-    widths = [max(4.0, 400 * t / capacity) if t else 0.0 for _, t in parts]
-    assert [bar.split(";")[0] for bar in parsed.bars["budget"]] == [
-        f"width:{w:.1f}px" for w in widths
-    ]
-    # The stacked window: every non-empty part in frame order, sized by its tokens.
-    shown = [(label, t) for label, t in parts if t > 0]
-    assert [style.split(";")[0] for style, _ in parsed.segments] == [
-        f"flex:{t} 1 0" for _, t in shown
-    ]
-    assert [title for _, title in parsed.segments] == [
-        f"{label}: {t} tokens, {_share(t, capacity)}" for label, t in shown
-    ]
-    small = [label for label, t in shown if t < capacity / 400]  # under a pixel if proportional
-    assert {"instructions", "input", "history"} <= set(small)
-    assert "min-width:4px" in page  # ... which the stylesheet keeps visible
-    blocks = prep["selection"]["blocks"]
-    assert {b["status"] for b in blocks} >= {"selected", "omitted"}  # the page shows both kinds
-    assert any(b["dependencies"] for b in blocks)
-    assert [row[:5] + row[8:] for row in parsed.tables["blocks"][1:]] == [
-        [
-            f"{b['source']}/{b['id']}",
-            b["status"],
-            b["reason"],
-            str(b["tokens"]),
-            str(b["full_tokens"]),
-            ", ".join(b["dependencies"]),
-        ]
-        for b in blocks
-    ]
-    sources = prep["selection"]["sources"]
-    assert [row[:3] + row[4:5] for row in parsed.tables["sources"][1:]] == [
-        [s["source"], s["kind"], s["status"], str(s["block_count"])] for s in sources
-    ]
-    assert "Entry 3." not in page  # the record has no block text to show
+def _views(client: Any, prep_id: str) -> tuple[dict[str, Any], Page, list[str]]:
+    """The stored JSON, the HTML page and the text lines of one preparation."""
+    stored = ok(client.get(f"/v1/preparations/{prep_id}"))
+    path = f"/v1/preparations/{prep_id}/breakdown"
+    html = client.get(path, headers={"Accept": "text/html"})
+    assert html.headers["content-type"].startswith("text/html")
+    text = client.get(path, headers={"Accept": "text/plain"}).text
+    return stored, Page(html.text), text.splitlines()
 
 
-MARKS = "ILTHUDFRQ"  # one per part of PARTS, in order
-
-
-def test_the_text_view_shows_the_window_the_remaining_tokens_and_the_dependencies(
+def test_the_parts_add_up_to_the_capacity_and_remaining_to_data_and_unused(
     make_client: AppFactory,
 ) -> None:
+    """Computed from the stored JSON: the window's non-empty parts sum to the capacity (the
+    table's rows, its stacked bar and the text's lines); remaining is data + unused; the data
+    message is its entered blocks plus the framing between them, which the page states."""
     client = make_client()
-    prep = client.post("/v1/prepare", json=_request()).json()
-    text = client.get(f"/v1/preparations/{prep['preparation_id']}/breakdown").text
-    lines = text.splitlines()
-    budget = prep["budget"]
-    parts = _parts(budget)
+    prep = prepare(client, _request())
+    stored, page, lines = _views(client, prep["preparation_id"])
+    budget = stored["budget"]
+    capacity = budget["capacity"]
+    parts = _parts(budget, "date line")
+    assert sum(tokens for _, tokens, _ in parts) == capacity
+    assert page.table("budget")[1:] == [
+        [label, str(tokens), _share(tokens, capacity), ""] for label, tokens, _ in parts
+    ] + [["capacity", str(capacity), "100%", ""]]
+    segments = [e for e in page.elements if "seg" in e.cls()]
+    assert [s.attrs["title"] for s in segments] == [
+        f"{label}: {tokens} tokens, {_share(tokens, capacity)}" for label, tokens, _ in parts
+    ]
+    unused = budget["remaining_tokens"] - budget["data_tokens"]
+    said = page.text(page.by_id("remaining-words"))
+    assert said.startswith(
+        f"remaining {budget['remaining_tokens']} = data {budget['data_tokens']} + unused {unused}:"
+    )
+    entered = [b for b in stored["selection"]["blocks"] if b["status"] != "omitted"]
+    assert {b["status"] for b in stored["selection"]["blocks"]} >= {"selected", "omitted"}
+    entered_tokens = sum(b["tokens"] for b in entered)
+    rest = budget["data_tokens"] - entered_tokens
+    data = page.text(page.by_id("data-words"))
+    sign = f"+ {rest}" if rest >= 0 else f"- {-rest}"
+    assert f"= {entered_tokens} in the {len(entered)} entered blocks {sign}" in data
+    assert f"at most {budget['data_limit_tokens']}:" in data
+    blocks = page.table("blocks")
+    assert blocks[-1][0] == "entered blocks" and blocks[-1][3] == str(entered_tokens)
+    # The text view: the same parts with their marks, filling a 60-character window.
     window = next(ln for ln in lines if ln.startswith("  window ["))
     bar = window[window.index("[") + 1 : window.index("]")]
-    assert len(bar) == 60 and window.endswith(f"] {budget['capacity']}")
-    # Every non-empty part has at least one mark, in frame order; empty parts none.
-    assert "".join(dict.fromkeys(bar)) == "".join(
-        mark for mark, (_, t) in zip(MARKS, parts, strict=True) if t > 0
+    assert len(bar) == 60 and "".join(dict.fromkeys(bar)) == "".join(m for _, _, m in parts)
+    for label, tokens, mark in parts:
+        assert f"  {mark} {label:<20} {tokens:>9}  {_share(tokens, capacity):>7}" in lines
+    assert f"  = {'capacity':<20} {capacity:>9}     100%" in lines
+    flowing = " ".join(" ".join(lines).split())  # the text view wraps long lines
+    assert said in flowing and data in flowing
+    start = lines.index(f"  = {'capacity':<20} {capacity:>9}     100%")
+    words = lines[start + 1 : lines.index("", start)]
+    assert len(words) >= 2 and all(len(line) <= 96 for line in words)
+
+
+def test_parts_are_named_by_what_they_hold_and_left_out_when_empty(
+    make_client: AppFactory,
+) -> None:
+    """Without a legacy view the per-turn part is the date line alone; a plugin's content
+    that no source replaces is named; an empty part (no history, no reasoning reserve) has no
+    row, no segment and no mark."""
+    client = make_client()
+    plain = prepare(client, basic_request(history=[]))
+    stored, page, lines = _views(client, plain["preparation_id"])
+    labels = [row[0] for row in page.table("budget")[1:]]
+    assert "date line" in labels and not any("legacy" in label for label in labels)
+    assert "history" not in labels and "reasoning reserve" not in labels
+    assert stored["budget"]["history_tokens"] == stored["budget"]["reasoning_reserve_tokens"] == 0
+    assert not any(ln.startswith(("  H ", "  Q ")) for ln in lines)
+    plugins = [
+        {"name": "memory", "instructions": "Saved entries."},
+        {"name": "notes", "content": "Meeting at noon."},  # a legacy view: no source replaces it
+    ]
+    viewed = prepare(client, basic_request(plugins=plugins))
+    page = _views(client, viewed["preparation_id"])[1]
+    labels = [row[0] for row in page.table("budget")[1:]]
+    assert "date line + legacy views (notes)" in labels
+
+
+def _conversation(client: Any, wall: FakeWall) -> tuple[list[str], dict[str, Any]]:
+    """Two turns that keep their prefix, then a third whose ``search`` tool changed; the third
+    turn's body (for the next turn)."""
+    body = turn_body(new_scope())
+    ids = converse(client, wall, body, 2)
+    body = next_history(next_history(body, 0), 1)
+    body["tools"] = [tool("search", 210), tool("fetch")]
+    ids.append(prepare(client, body)["preparation_id"])
+    return ids, body
+
+
+def test_the_cache_section_names_the_first_change_and_the_cause(
+    make_client: AppFactory,
+) -> None:
+    """The turn that missed the cache: its plan (each breakpoint, where and with which ttl),
+    the previous turn with its prefix not kept, the first change by the tool's name, expected
+    0 because the prefix changed, and the link to the timeline; the same in the text view."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids, _ = _conversation(client, wall)
+    stored, page, lines = _views(client, ids[2])
+    plan = stored["selection"]["cache"]
+    assert plan["prefix_kept"] is False and plan["first_change"] == {"part": "tools", "index": 1}
+    facts = page.facts("cache-facts")
+    # Tools are laid out by name in stable-prefix: fetch, then search (index 1).
+    change = 'tool "search" changed (tools[1])'
+    assert facts["first change"] == change
+    assert facts["previous turn"] == f"{ids[1]}: prefix not kept"
+    previous = next(e for e in page.elements if e.tag == "a" and page.text(e) == ids[1])
+    assert previous.attrs["href"] == f"../{ids[1]}/breakdown"
+    assert facts["expected cached"] == f"0: the prefix changed: {change}"
+    assert facts["miss"] == "prefix changed"
+    assert facts["plan"] == "render anthropic"
+    breakpoints = [
+        f"after {b['after']}"
+        + ("" if b.get("message") is None else f" (ends frame message {b['message']})")
+        + f": {b['tokens']} tokens up to it, ttl {b['ttl']}"
+        for b in plan["breakpoints"]
+    ]
+    assert len(breakpoints) == 3 and facts["breakpoints"] == " | ".join(breakpoints)
+    assert page.by_id("timeline").attrs["href"] == "timeline"
+    assert "(turn 3)" in page.text(page.by_id("timeline").parent or page.by_id("timeline"))
+    text = "\n".join(lines)
+    assert f"  first change:     {change}" in lines
+    assert f"  expected cached:  0: the prefix changed: {change}" in lines
+    for line in breakpoints:
+        assert f"    - {line}" in lines
+    assert f"GET /v1/preparations/{ids[2]}/timeline (turn 3)" in text
+
+
+def test_a_provider_side_miss_is_told_apart_from_a_prefix_change(
+    make_client: AppFactory,
+) -> None:
+    """A kept prefix within the cache lifetime expects what the previous turn cached; a report
+    of fewer cached tokens is a provider-side miss, one of as many is as expected."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids, body = _conversation(client, wall)
+    wall.now += 60
+    fourth = prepare(client, next_history(body, 2))
+    expected = report(client, fourth["preparation_id"], 0)["accounting"]["last"][
+        "expected_cached_tokens"
+    ]
+    assert expected > 0
+    page = _views(client, fourth["preparation_id"])[1]
+    facts = page.facts("cache-facts")
+    assert facts["previous turn"] == f"{ids[2]}: prefix kept" and "first change" not in facts
+    assert facts["expected cached"].startswith(f"{expected}: the prefix the previous turn cached")
+    assert facts["reported cached"].startswith(f"0: {expected} fewer than expected: provider-side")
+    assert facts["miss"] == "provider did not cache"
+    report(client, ids[1], 10**6, "r-more")  # more than expected: not a miss
+    facts = _views(client, ids[1])[1].facts("cache-facts")
+    assert "more than expected" in facts["reported cached"] and "miss" not in facts
+
+
+def _edit_history(body: dict[str, Any]) -> dict[str, Any]:
+    history = list(body["history"])
+    history[1] = {"role": "assistant", "content": "rewritten"}
+    return {**body, "history": history}
+
+
+@pytest.mark.parametrize(
+    ("edit", "change", "expected"),
+    [
+        (
+            lambda b: {**b, "tools": [*b["tools"], tool("zeta")]},
+            'tool "zeta" added (tools[2])',
+            'the prefix changed: tool "zeta" added (tools[2])',
+        ),
+        (
+            lambda b: {**b, "tools": [tool("fetch")]},
+            'tool "search" removed (tools[1])',
+            "the prefix changed",
+        ),
+        (
+            lambda b: {**b, "tools": [tool("fetch"), tool("scan")]},
+            'tool "scan" in place of "search" (tools[1])',
+            "the prefix changed",
+        ),
+        (
+            lambda b: {**b, "tools": [*b["tools"], tool("calendar")]},
+            'tool "calendar" added (tools[0])',
+            "the prefix changed",
+        ),
+        (
+            lambda b: {**b, "tools": [tool("search")]},
+            'tool "fetch" removed (tools[0])',
+            "the prefix changed",
+        ),
+        (_edit_history, "history message 1 (assistant) changed", "the prefix changed"),
+        (
+            lambda b: {**b, "history": b["history"][:1]},
+            "history message 1 removed (the history is shorter)",
+            "the prefix changed",
+        ),
+        (
+            lambda b: {**b, "instructions": INSTRUCTIONS + "Be brief."},
+            "instructions changed",
+            "the prefix changed: instructions changed",
+        ),
+        (
+            lambda b: {**b, "model": "claude-opus-4-1"},
+            "model claude-sonnet-4-5 (anthropic) → claude-opus-4-1 (anthropic)",
+            "the prefix changed",
+        ),
+    ],
+)
+def test_each_first_change_is_named(
+    make_client: AppFactory, edit: Any, change: str, expected: str
+) -> None:
+    """Tools by name (added, removed, replaced), history messages by index and role, the
+    instructions, the model with its render target: names only, never texts."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    body = turn_body(new_scope())
+    ids = converse(client, wall, body, 2)
+    body = edit(next_history(next_history(body, 0), 1))
+    prep = prepare(client, body)
+    facts = _views(client, prep["preparation_id"])[1].facts("cache-facts")
+    assert facts["previous turn"] == f"{ids[1]}: prefix not kept"
+    assert facts["first change"] == change
+    assert facts["expected cached"].startswith(f"0: {expected}")
+
+
+def test_an_elapsed_cache_lifetime_is_the_cause(make_client: AppFactory) -> None:
+    """Six minutes after the previous turn a 5-minute cache has expired: expected 0, with the
+    time since the previous turn and the lifetime in words; a 1-hour ttl still expects."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    body = turn_body(new_scope())
+    prepare(client, body)
+    wall.now += 360
+    late = prepare(client, next_history(body, 0))
+    facts = _views(client, late["preparation_id"])[1].facts("cache-facts")
+    assert facts["expected cached"] == (
+        "0: 6 min since the previous turn: longer than the provider keeps a cached prefix (5 min)"
     )
-    for mark, (label, tokens) in zip(MARKS, parts, strict=True):
-        assert f"  {mark} {label:<20} {tokens:>9}  {_share(tokens, budget['capacity']):>7}" in lines
-    assert any(
-        ln.split()[:3] == ["remaining", "tokens", str(budget["remaining_tokens"])] for ln in lines
+    assert facts["miss"] == "cache expired"
+    hour = turn_body(new_scope(), cache={"breakpoints": True, "ttl": "1h"})
+    prepare(client, hour)
+    wall.now += 360
+    kept = prepare(client, next_history(hour, 0))
+    facts = _views(client, kept["preparation_id"])[1].facts("cache-facts")
+    assert re.fullmatch(
+        r"\d+: the prefix the previous turn cached, 6 min earlier \(the provider keeps it 1 h\)",
+        facts["expected cached"],
+    ), facts["expected cached"]
+
+
+def test_a_prefix_below_the_minimum_and_a_first_turn_are_causes(make_client: AppFactory) -> None:
+    """A short prefix places no marker (skipped: below the minimum) and expects nothing, saying
+    so with the model's minimum; a first turn expects nothing for want of a previous turn."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    body = turn_body(new_scope(), instructions="Be brief.", tools=None)
+    first = prepare(client, body)
+    facts = _views(client, first["preparation_id"])[1].facts("cache-facts")
+    assert facts["previous turn"] == "none: the first turn of its conversation"
+    page = _views(client, first["preparation_id"])[1]
+    assert not any(e.attrs.get("id") in ("blocks", "sources") for e in page.elements)
+    assert "No block: no source offered any." in page.text(page.elements[0])
+    assert facts["expected cached"] == (
+        "0: the first turn of its conversation: nothing was cached before it"
     )
-    for block in prep["selection"]["blocks"]:
-        line = next(ln for ln in lines if ln.split()[5:6] == [f"{block['source']}/{block['id']}"])
-        needs = ", ".join(block["dependencies"])
-        assert line.endswith(f"  <- {needs}") if needs else "<-" not in line
+    wall.now += 60
+    second = prepare(client, next_history(body, 0))
+    plan = second["selection"]["cache"]
+    assert plan["cacheable_tokens"] == 0 and plan["breakpoints"] == []
+    facts = _views(client, second["preparation_id"])[1].facts("cache-facts")
+    assert facts["skipped"].startswith("after instructions: the tokens up to it are below")
+    prefix = second["prefix_tokens"]
+    assert facts["expected cached"] == (
+        f"0: the stable prefix ({prefix} tokens) is below the model's minimum cacheable "
+        "length (1024)"
+    )
+    assert facts["cacheable"] == f"0 of the {prefix}-token stable prefix (model minimum 1024)"
+
+
+def test_the_openai_key_and_a_request_without_cache(make_client: AppFactory) -> None:
+    """An OpenAI render shows its prompt_cache_key and retention; a request without ``cache``
+    says that no directive was added, and is still compared with its previous turn."""
+    client = make_client()
+    body = basic_request(render="openai-chat", cache={"key": "conversation-7", "retention": "24h"})
+    prep = prepare(client, body)
+    facts = _views(client, prep["preparation_id"])[1].facts("cache-facts")
+    assert facts["OpenAI key"] == "prompt_cache_key conversation-7, retention 24h"
+    plain = prepare(client, basic_request(render="openai-chat"))
+    facts = _views(client, plain["preparation_id"])[1].facts("cache-facts")
+    assert facts["plan"].startswith("render openai-chat; none: the request has no cache object")
+    assert facts["previous turn"].startswith(prep["preparation_id"])
+    assert facts["reported cached"] == "-: no usage report of the main call yet"
+    usage = {"report_id": "u1", "provider": "openai", "usage": {"prompt_tokens": 50}}
+    ok(client.post(f"/v1/preparations/{plain['preparation_id']}/usage", json=usage))
+    facts = _views(client, plain["preparation_id"])[1].facts("cache-facts")
+    assert facts["reported cached"] == "-: the usage report of the main call has no cached figure"
+
+
+def test_the_page_shows_no_text_of_the_request(make_client: AppFactory) -> None:
+    """Block texts, instructions, tool descriptions and history stay out of both views."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids, _ = _conversation(client, wall)
+    path = f"/v1/preparations/{ids[2]}/breakdown"
+    for accept in ("text/html", "text/plain"):
+        shown = client.get(path, headers={"Accept": accept}).text
+        for text in ("careful assistant", "search-word", "question 0", "answer 1", "What now"):
+            assert text not in shown, (accept, text)
+
+
+def test_the_stylesheet_keeps_the_page_within_a_narrow_screen(make_client: AppFactory) -> None:
+    """What keeps the page from scrolling sideways at 360 px: the viewport's width, text that
+    wraps anywhere, every table in a container that scrolls on its own (and shown as cards on
+    a narrow screen), grid facts that collapse to one column."""
+    client = make_client()
+    prep = prepare(client, _request())
+    page = _views(client, prep["preparation_id"])[1]
+    viewport = next(e for e in page.elements if e.tag == "meta" and e.attrs.get("name"))
+    assert viewport.attrs == {"name": "viewport", "content": "width=device-width, initial-scale=1"}
+    style = page.style()
+    assert "box-sizing:border-box" in style
+    assert re.search(r"body\{[^}]*max-width:72rem[^}]*overflow-wrap:anywhere", style)
+    assert ".scroll{max-width:100%;overflow-x:auto" in style
+    assert "@media (max-width:40rem)" in style and "table.cards td::before" in style
+    assert "grid-template-columns:minmax(0,1fr)" in style
+    tables = [e for e in page.elements if e.tag == "table"]
+    assert len(tables) == 4
+    assert all(t.parent is not None and "scroll" in t.parent.cls() for t in tables)
+    for ident in ("blocks", "sources", "accounting"):
+        table = page.by_id(ident)
+        assert "cards" in table.cls()
+        cells = page.inside(table, "td")
+        assert all(c.attrs.get("data-label") for c in cells if page.text(c))
+    assert not re.search(
+        r"width:\d{3,}px", page.style() + "".join(e.attrs.get("style", "") for e in page.elements)
+    ), "no fixed width of 100 px or more"
+
+
+def test_a_hostile_tool_name_is_shown_escaped(make_client: AppFactory) -> None:
+    """A tool's name is the caller's: a line break or a bidi override in it is written as its
+    escape in the cache section, in the text and in the HTML."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    body = turn_body(new_scope(), render="neutral")
+    prepare(client, body)
+    wall.now += 60
+    hostile = "zz\u202eevil\nFAKE"
+    prep = prepare(client, {**next_history(body, 0), "tools": [*body["tools"], tool(hostile)]})
+    path = f"/v1/preparations/{prep['preparation_id']}/breakdown"
+    text = client.get(path, headers={"Accept": "text/plain"}).text
+    assert all(line.isprintable() for line in text.splitlines())
+    assert 'first change:     tool "zz\\u202eevil\\nFAKE" added (tools[2])' in text
+    html = client.get(path, headers={"Accept": "text/html"}).text
+    assert "\u202e" not in html and "zz\\u202eevil\\nFAKE" in html

@@ -346,16 +346,26 @@ def test_timeline_lists_the_turns_of_the_scope(make_client: AppFactory) -> None:
     turns = timeline.json()["turns"]
     assert [t["preparation_id"] for t in turns] == ids
     assert [t["prefix_kept"] for t in turns] == [None, True, True, False, True]
-    assert turns[3]["first_change"] == {"part": "tools", "index": 0}
+    assert turns[3]["first_change"] == {
+        "part": "tools",
+        "index": 0,
+        "change": "changed",
+        "name": "a",
+        "previous_name": "fetch",
+        "role": None,
+    }
     assert turns[4]["cached_input_tokens"] == 900 and turns[0]["cached_input_tokens"] is None
     assert all(
         t["total_input_tokens"] == a["budget"]["total_input_tokens"]
         for t, a in zip(turns, answers, strict=True)
     )
     text = client.get(path, headers={"accept": "text/plain"}).text
-    assert text.count("\n") == 2 + 5 and "tools[0]" in text
+    numbers = [ln.split()[0] for ln in text.splitlines()[2:] if ln.startswith("   ")]
+    assert numbers == ["1", "2", "3", "4", "5"]
+    assert 'tool "a" in place of "fetch" (tools[0])' in text
     html = client.get(path, headers={"accept": "text/html"}).text
     assert "<svg" in html and html.count("<tr") == 1 + 5 and "tools[0]" in html
+    assert "&quot;a&quot; in place of &quot;fetch&quot;" in html
     other = post(
         client,
         "/v1/prepare",

@@ -1,4 +1,4 @@
-"""The preparation lifecycle over HTTP (in-process app, real SQLite): SPEC §3.3."""
+"""The preparation lifecycle over HTTP (in-process app, real SQLite): docs/contract.md, "Lifecycle"."""
 
 from __future__ import annotations
 
@@ -169,8 +169,8 @@ class TestRefreshRepair:
     def test_a_write_during_the_repair_check_is_not_undone(self, make_client: AppFactory) -> None:
         """While repair awaits a revision query, another call rewrites the record (a refresh
         does): the repair checks the frame again against what the record holds then (409 here),
-        and leaves that write as it is. Without the compare and set it answered 200 and wrote
-        the old record back."""
+        and leaves that write as it is. Without the compare and set it would answer 200 and
+        write the old record back."""
         writes: list[int] = []
         app_state: dict[str, Any] = {}
 
@@ -290,7 +290,7 @@ class TestUsage:
     ]
 
     def test_usage_fills_accounting_per_provider(self, make_client: AppFactory) -> None:
-        """OpenAI, Anthropic and Gemini usage objects fill 'last' as SPEC §7 says."""
+        """OpenAI, Anthropic and Gemini usage objects fill 'last' as docs/contract.md, "Accounting", says."""
         client = make_client()
         for provider, usage, (total, cached, creation, output) in self.REPORTS:
             prep = _prepare(client)

@@ -1,5 +1,5 @@
 """Random sequences of lifecycle calls over HTTP (Hypothesis state machine, in-process app, real
-SQLite file, two tenants): SPEC §3.3 as a model the answers must agree with.
+SQLite file, two tenants): docs/contract.md, "Lifecycle", as a model the answers must agree with.
 
 Each step is one call: prepare, get, validate, refresh, repair or a usage report, by the owner or
 by the other tenant, with the frame, the input, the instructions or the usage object changed or

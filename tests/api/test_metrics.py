@@ -1,10 +1,11 @@
 """Metrics: decisions by status and reason, contributor calls by contributor (the registered
 endpoint, or ``inline``) and status (webhook sources only), prepares by operation and status,
-failed ones included, counted exactly; and, through the app, a label set that no request can
-grow."""
+failed ones included, counted exactly; the token count cache and the garbage collector as the
+process reports them; and, through the app, a label set that no request can grow."""
 
 from __future__ import annotations
 
+import gc
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,6 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from context_assembly.core.request import ContributorRef
 from context_assembly.metrics import Metrics
+from context_assembly.server import tune_gc
+from context_assembly.tokens.counter import CachedCounter, CountCache
+from context_assembly.tokens.estimate import EstimateCounter
 
 
 def _response(blocks: list[tuple[str, str]], sources: list[tuple[str, str, str, float]]) -> Any:
@@ -100,7 +104,7 @@ def test_a_failed_prepare_counts_its_status_and_its_settled_calls() -> None:
 
 
 def test_a_given_tally_counts_as_the_responses_own() -> None:
-    """``decisions`` (a memoised turn's tally) adds up exactly as counting the reports does."""
+    """``decisions`` (an answer's tally) adds up exactly as counting the reports does."""
     from context_assembly.core.result import decision_tally
 
     blocks = [("selected", "fits"), ("dropped", "budget"), ("selected", "fits")]
@@ -117,6 +121,42 @@ def test_a_given_tally_counts_as_the_responses_own() -> None:
         (("selected", "fits"), 2),
         (("dropped", "budget"), 1),
     )
+
+
+def test_the_count_cache_shows_its_hits_misses_and_entries() -> None:
+    """Each scrape reads the count cache: two texts counted (misses), one of them again (a hit),
+    two entries held, and its bound."""
+    cache = CountCache(max_entries=8)
+    counter = CachedCounter(EstimateCounter(), cache)
+    metrics = Metrics(count_cache=cache)
+    assert _samples(metrics)[("context_assembly_token_count_cache_misses_total", ())] == 0
+    for text in ("alpha", "alpha", "beta"):
+        counter.count(text)
+    samples = _samples(metrics)
+    assert samples[("context_assembly_token_count_cache_hits_total", ())] == 1
+    assert samples[("context_assembly_token_count_cache_misses_total", ())] == 2
+    assert samples[("context_assembly_token_count_cache_entries", ())] == 2
+    assert samples[("context_assembly_token_count_cache_max_entries", ())] == 8
+
+
+def test_the_garbage_collector_is_in_the_metrics() -> None:
+    """Collections by generation (a full one counts under generation 2), and the objects that
+    ``tune_gc`` sets aside, as the process reports them."""
+    metrics = Metrics()
+    full = ("python_gc_collections_total", (("generation", "2"),))
+    frozen = ("context_assembly_gc_frozen_objects", ())
+    before = _samples(metrics)
+    gc.collect()
+    assert _samples(metrics)[full] >= before[full] + 1
+    assert before[frozen] == gc.get_freeze_count() == 0, "nothing frozen in the test process"
+    thresholds = gc.get_threshold()
+    try:
+        tune_gc()
+        assert _samples(metrics)[frozen] > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+    assert _samples(metrics)[frozen] == 0
 
 
 def _series(client: Any, family: str) -> set[tuple[tuple[str, str], ...]]:

@@ -1,4 +1,4 @@
-"""Managed routing (``models``) and native (provider-held) history over HTTP (issue 6)."""
+"""Managed routing (``models``) and native (provider-held) history over HTTP."""
 
 from __future__ import annotations
 

@@ -12,11 +12,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_assembly.core.memo import BLOCK_FIELDS, blocks_digest
 from context_assembly.core.request import Block, Contribution, PrepareRequest
 from context_assembly.preparations.record import (
+    BLOCK_FIELDS,
     CONTRIBUTION_FIELDS,
     SHAPE_V2,
+    blocks_digest,
     same_shape,
     shape_hash,
     shape_hash_v1,

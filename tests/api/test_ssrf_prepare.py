@@ -1,4 +1,4 @@
-"""The SSRF vector list of the HTTP service issue, through ``POST /v1/prepare`` (SPEC §3.4).
+"""The SSRF vectors, through ``POST /v1/prepare`` (docs/contract.md, "Inline URLs").
 
 Each inline URL is inside the allowlist, so only the address check can refuse it: under
 ``fail`` the prepare is a 422 ``CONTRIBUTOR_URL_REJECTED`` naming the source and not the address,

@@ -3,8 +3,8 @@ integer beyond 64 bits (a revision, a block's priority).
 
 Tool schemas, tool-call arguments, opaque parts, whiteboard values, repair schemas and usage
 objects are carried as given; the service serialises them again to count, hash, render and
-store, and an integer beyond 64 bits cannot be. Before the check it failed deep inside as
-``INTERNAL`` (500); now the request is refused up front, naming the field.
+store, and an integer beyond 64 bits cannot be. Unchecked, it would fail deep inside as
+``INTERNAL`` (500); the request is refused up front instead, naming the field.
 """
 
 from __future__ import annotations

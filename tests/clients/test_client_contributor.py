@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -170,29 +169,30 @@ class TestDeadline:
             raise AssertionError("unreachable")
 
         app = make_contributor_app(slow, secret=SECRET)
-        started = time.monotonic()
         response = await post(app, BODY, {**signed(BODY), "X-Contributor-Timeout-Ms": "150"})
-        elapsed = time.monotonic() - started
         assert response.status_code == 504
-        assert cancelled.is_set()
-        assert elapsed < 0.15 + 1.0  # the deadline plus generous slack, far below "forever"
+        assert cancelled.is_set()  # cancelled by the deadline: nothing else ends its wait
 
     async def test_slow_sync_function_is_abandoned_at_the_deadline(self) -> None:
-        """A blocking function still running at the deadline gets 504; its thread is let go."""
+        """A blocking function still running at the deadline gets 504; its thread is let go:
+        the answer comes while the function is still blocked."""
         release = threading.Event()
+        entered, finished = threading.Event(), threading.Event()
 
         def slow(packet: ContributePacket) -> dict[str, Any]:
-            release.wait(timeout=10)
+            entered.set()
+            release.wait(timeout=30)  # bounded: the test releases it once answered
+            finished.set()
             return {"revision": "late", "blocks": []}
 
         app = make_contributor_app(slow)
-        started = time.monotonic()
         try:
             response = await post(app, BODY, {"X-Contributor-Timeout-Ms": "150"})
+            still_blocked = entered.is_set() and not finished.is_set()
         finally:
             release.set()  # let the abandoned worker thread finish
         assert response.status_code == 504
-        assert time.monotonic() - started < 0.15 + 1.0
+        assert still_blocked
 
     def test_header_name_is_the_services(self) -> None:
         """The helper reads the header the service sends (header names are case-insensitive)."""

@@ -129,8 +129,8 @@ class TestOpenApiDrift:
 
         class Drifted(BaseModel):
             preparation_id: str
-            checked: str  # renamed from checked_at
-            valid: bool  # required now, and no longer the constant true
+            checked: str  # the schema's checked_at, renamed
+            valid: bool  # required here, and not the schema's constant true
 
         found = differences("ValidateResponse", Drifted, SCHEMAS["ValidateResponse"])
         assert any("properties differ" in p for p in found)
@@ -227,6 +227,7 @@ PROBLEM_CODES = [
     ("CONTRIBUTOR_URL_REJECTED", 422, "ContributorUrlRejectedError"),
     ("UNAUTHENTICATED", 401, "AuthenticationError"),
     ("NOT_FOUND", 404, "NotFoundError"),
+    ("BAD_REQUEST", 400, "BadRequestError"),
     ("PAYLOAD_TOO_LARGE", 413, "PayloadTooLargeError"),
     ("STORE_UNAVAILABLE", 503, "StoreUnavailableError"),
 ]
@@ -266,6 +267,7 @@ class TestMakeStatusError:
     @pytest.mark.parametrize(
         ("status", "cls"),
         [
+            (400, "BadRequestError"),
             (401, "AuthenticationError"),
             (404, "NotFoundError"),
             (413, "PayloadTooLargeError"),

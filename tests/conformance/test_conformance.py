@@ -1,4 +1,4 @@
-"""Conformance table: each ``cases/NNN-name.json`` is one prepare request and what SPEC requires.
+"""Conformance table: each ``cases/NNN-name.json`` is one prepare request and what docs/contract.md requires.
 
 A case file is ``{"description", "via": "cli"|"http", "now", "request", "expect"}``. HTTP cases
 may add ``settings`` (``load_settings`` overrides), ``headers``, ``contributors_server`` (canned
@@ -8,7 +8,7 @@ route may give ``revision_json`` to answer ``revision`` packets differently), ``
 prepared neutral frame, ``"$request"`` the prepare request and ``{"$request": {...}}`` that
 request with those fields replaced; ``now`` moves the service's pinned wall clock) and
 ``contributor_calls`` (the packet types the loopback server received, in order). A case with
-``"xfail": "<reason>"`` documents SPEC behaviour the code lacks (strict: it must fail).
+``"xfail": "<reason>"`` documents contracted behaviour (docs/contract.md) the code lacks (strict: it must fail).
 
 ``expect`` keys (only those given are checked):
 
@@ -25,7 +25,7 @@ request with those fields replaced; ``now`` moves the service's pinned wall cloc
 * ``routing``: ``{"chosen": model | null, "candidates": ["model/reason", ...]}``: the routing
   report of a routed answer (``selection.routing``), or on a ``CONTEXT_OVERFLOW`` the problem's
   ``candidates`` (each ``model/window``, with its shortfall checked);
-* ``invariants`` (default true on success): the SPEC §4/§5 invariants checked on every answer,
+* ``invariants`` (default true on success): the invariants of docs/contract.md, "Budget" and "Selection invariants", checked on every answer,
   plus the routing arithmetic when the answer was routed and, with a native history, the
   provider-counted history term and a recount of the final neutral frame.
 """
@@ -172,7 +172,7 @@ def _data_blocks(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def _check_invariants(body: dict[str, Any]) -> None:
-    """SPEC §4 budget arithmetic and §5 selection invariants on one successful answer."""
+    """docs/contract.md, "Budget" and "Selection invariants": checked on one successful answer."""
     budget = body["budget"]
     selection = body["selection"]
     fixed = sum(budget[t] for t in BUDGET_TERMS) + budget["input_tokens"]
@@ -511,7 +511,7 @@ def _http_case(case: dict[str, Any], tmp_path: Path) -> None:
         if "contributor_calls" in case:
             assert [packet.get("type") for _, packet in server.calls] == case["contributor_calls"]
         for _, packet in server.calls:
-            assert set(packet) == PACKET_KEYS[packet["type"]], "SPEC §3.4 packet fields"
+            assert set(packet) == PACKET_KEYS[packet["type"]], "docs/contract.md#webhook-protocol"
 
 
 # --------------------------------------------------------------------------- tests

@@ -2,7 +2,8 @@
 
 Each server has one behaviour, modelled on Toxiproxy's toxics:
 
-``ok``            answer ``status`` with ``body`` after ``delay`` seconds (keep-alive aware)
+``ok``            answer ``status`` with ``body`` once ``gate`` is set (when given), after
+                  ``delay`` seconds (keep-alive aware)
 ``hang``          read the request, never answer; wait for the client to close
 ``drip``          send the headers, then one body byte every ``interval`` seconds
 ``slow_headers``  send the status line, then one header line every ``interval`` seconds
@@ -43,10 +44,11 @@ from context_assembly.contributors import (
 )
 
 CAP = 256 * 1024
-DEADLINE = 0.3  # seconds: the anchors' timeoutMs=300 scenarios
+DEADLINE = 0.3  # seconds: the deadline of the fault scenarios
 SLACK = 2.0
-"""A generous bound past the deadline: the tests check that a call is cut (its status, the
-closed connection), not how fast a loaded machine schedules it; the timing is bench_service's."""
+"""A generous bound past the deadline, for a test that must bound a wait; the contributor tests
+check that a call is cut (its status and cause, the closed connection), not how fast a loaded
+machine schedules it: the timing is bench_service's."""
 
 Behaviour = Literal[
     "ok",
@@ -90,6 +92,7 @@ class FaultServer:
     declare: bool = False
     location: str = "http://10.0.0.1/"
     tls: ssl.SSLContext | None = None
+    gate: asyncio.Event | None = None
     requests: list[Recorded] = field(default_factory=list)
     connections: int = 0
     bytes_sent: int = 0
@@ -188,6 +191,8 @@ class FaultServer:
         b = self.behaviour
         if b in ("ok", "invalid_json"):
             body = b"{not json" if b == "invalid_json" else self.body
+            if self.gate is not None:
+                await self.gate.wait()  # the test opens it (an event, not a time)
             if self.delay:
                 await asyncio.sleep(self.delay)  # server-side delay: the fault being modelled
             head = (
@@ -345,12 +350,10 @@ async def fan_out(
     targets: Sequence[ContributorTarget],
     timeout: float = DEADLINE,
     **kw: Any,
-) -> tuple[list[ContributorOutcome], float]:
-    """Run one fan-out (``kw``: ``contribute_all``'s options) and return its outcomes and wall
-    time in seconds."""
-    started = time.monotonic()
-    outcomes = await contribute_all(client, targets, fields, started + timeout, CAP, **kw)
-    return outcomes, time.monotonic() - started
+) -> list[ContributorOutcome]:
+    """Run one fan-out under a deadline ``timeout`` seconds away (``kw``: ``contribute_all``'s
+    options) and return its outcomes."""
+    return await contribute_all(client, targets, fields, time.monotonic() + timeout, CAP, **kw)
 
 
 def registered(server: FaultServer, source: str = "memory", **kw: Any) -> ContributorTarget:

@@ -96,7 +96,7 @@ async def test_valid_answer_gives_revision_and_core_blocks(
 async def test_packet_carries_the_contract_fields(
     client: ContributorClient, fields: PacketFields, router: respx.MockRouter
 ) -> None:
-    """The contribute packet has exactly the SPEC §3.4 fields, with the per-source limit."""
+    """The contribute packet has exactly the fields of docs/contract.md, "Webhook protocol", with the per-source limit."""
     route = router.post(URL).respond(json={"revision": 1, "blocks": []})
     other = router.post("http://tasks.example/c").respond(json={"revision": 1, "blocks": []})
     await contribute_all(

@@ -1,9 +1,9 @@
 """Contributors that misbehave at the HTTP level, against real loopback servers.
 
-Each case is a reviewed defect of an earlier client: an endless header line must be cut at the
-head cap, a second response in the same read must not be taken for the answer to a later
-request, informational responses before the answer are not failures, idle connections are
-released, and TLS is verified against the URL's host.
+Each case is a way an HTTP client can go wrong: an endless header line must be cut at the head
+cap, a second response in the same read must not be taken for the answer to a later request,
+informational responses before the answer are not failures, idle connections are released, and
+TLS is verified against the URL's host.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ async def test_an_endless_header_line_is_cut_at_the_head_cap(
     """A 300 MiB header line is refused once it passes the line limit: an error well before the
     deadline, the connection closed, and only what the socket buffers hold was ever sent."""
     async with FaultServer("long_header", size=300 * MIB) as server:
-        outcomes, _ = await fan_out(client, fields, [registered(server)], timeout=30.0)
+        outcomes = await fan_out(client, fields, [registered(server)], timeout=30.0)
         assert (outcomes[0].status, outcomes[0].cause) == ("error", "HTTP protocol error")
         await asyncio.wait_for(server.peer_closed.wait(), timeout=5.0)
     assert server.bytes_sent < 16 * MIB
@@ -40,8 +40,8 @@ async def test_a_second_response_in_the_same_read_is_not_a_later_answer(
     next call gets the answer to its own request (the connection with the extra bytes is not
     reused)."""
     async with FaultServer("two_answers") as server:
-        first, _ = await fan_out(client, fields, [registered(server)], timeout=5.0)
-        second, _ = await fan_out(client, fields, [registered(server)], timeout=5.0)
+        first = await fan_out(client, fields, [registered(server)], timeout=5.0)
+        second = await fan_out(client, fields, [registered(server)], timeout=5.0)
     assert [o.status for o in first + second] == ["ok", "ok"]
     assert [first[0].revision, second[0].revision] == ["r1", "r1"]
     assert len(server.requests) == 2 and server.connections == 2
@@ -52,8 +52,8 @@ async def test_informational_responses_before_the_answer_are_not_failures(
 ) -> None:
     """``100 Continue`` and ``103 Early Hints`` before the final ``200`` are skipped."""
     async with FaultServer("informational") as server:
-        outcomes, _ = await fan_out(client, fields, [registered(server)], timeout=5.0)
-        again, _ = await fan_out(client, fields, [registered(server)], timeout=5.0)  # pooled
+        outcomes = await fan_out(client, fields, [registered(server)], timeout=5.0)
+        again = await fan_out(client, fields, [registered(server)], timeout=5.0)  # pooled
     assert [(o.status, o.revision) for o in outcomes + again] == [("ok", "r1"), ("ok", "r1")]
 
 
@@ -66,7 +66,7 @@ async def test_idle_connections_to_endpoints_that_are_gone_are_released(
         hooks = [await FaultServer().__aenter__() for _ in range(20)]
         try:
             targets = [registered(h, f"s{i}") for i, h in enumerate(hooks)]
-            outcomes, _ = await fan_out(client, fields, targets, timeout=5.0)
+            outcomes = await fan_out(client, fields, targets, timeout=5.0)
             assert [o.status for o in outcomes] == ["ok"] * 20
             await asyncio.wait_for(
                 asyncio.gather(*(h.peer_closed.wait() for h in hooks)), timeout=0.5 + 5.0
@@ -94,7 +94,7 @@ async def test_tls_checks_the_certificate_against_the_url_host(
         url = f"https://{host}:{server.port}/contribute"
         pin = CheckedTarget(url, "https", host, server.port, ("127.0.0.1",))
         target = ContributorTarget(source="memory", url=url, kind="inline", checked=pin)
-        outcomes, _ = await fan_out(client, fields, [target], timeout=10.0)
+        outcomes = await fan_out(client, fields, [target], timeout=10.0)
     assert outcomes[0].status == status
     if status == "error":
         assert outcomes[0].cause == "TLS certificate verification failed"

@@ -92,9 +92,7 @@ def prepare(
     request = parse_model(PrepareRequest, orjson.dumps(fields))
     setups = plan_sources(request)
     inputs = materialised_inputs(request, setups)
-    assembly, ctx = run_assembly(
-        request, setups, inputs, now=now, tenant=tenant, registry=registry, memo=None
-    )
+    assembly, ctx = run_assembly(request, setups, inputs, now=now, tenant=tenant, registry=registry)
     turn = cache.turn(
         request,
         assembly,
@@ -402,9 +400,7 @@ def test_without_cache_the_answer_is_unchanged(render: Render) -> None:
     assert "cache" not in request.model_dump(mode="json")
     setups = plan_sources(request)
     inputs = materialised_inputs(request, setups)
-    assembly, ctx = run_assembly(
-        request, setups, inputs, now=NOW, tenant="t1", registry=SHIPPED, memo=None
-    )
+    assembly, ctx = run_assembly(request, setups, inputs, now=NOW, tenant="t1", registry=SHIPPED)
     turn = cache.turn(
         request,
         assembly,

@@ -1,4 +1,4 @@
-"""Provider renderers: golden bodies per target and structural properties (SPEC §6)."""
+"""Provider renderers: golden bodies per target and structural properties (docs/contract.md, "Provider renders")."""
 
 from __future__ import annotations
 
@@ -594,7 +594,7 @@ def test_anthropic_and_gemini_alternate_roles_and_lose_no_text(
 @settings(max_examples=examples(100))
 @given(frame=frames(), target=st.sampled_from(TARGETS))
 def test_renderer_never_adds_cache_markers(frame: Frame, target: Render) -> None:
-    """No cache_control, cache key or cached-content reference is ever invented (SPEC §6)."""
+    """No cache_control, cache key or cached-content reference is ever invented (docs/contract.md, "Provider renders")."""
     body = render_frame(frame, target, "model-x", 256)
     assert not _all_keys(body) & {
         "cache_control",

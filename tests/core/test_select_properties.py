@@ -1,4 +1,4 @@
-"""Hypothesis properties of selection: the invariants listed at the end of SPEC §5."""
+"""Hypothesis properties of selection: the invariants of docs/contract.md, "Selection invariants"."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def test_removing_a_lower_ranked_block_leaves_higher_ranked_decisions(
 
     "Higher-ranked" is measured against R's effective rank: the best rank among R and every
     block that (transitively) depends on R, because a dependency is admitted at its dependent's
-    turn. Blocks that depend on R or lie in R's closure are excluded, as SPEC §5 says.
+    turn. Blocks that depend on R or lie in R's closure are excluded, as docs/contract.md, "Selection invariants", says.
     """
     try:
         graph, before = _run(scenario)

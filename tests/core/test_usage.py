@@ -1,4 +1,4 @@
-"""Usage normalisation across provider shapes, and the accounting observation (SPEC §3.3, §7)."""
+"""Usage normalisation across provider shapes, and the accounting observation (docs/contract.md, "Accounting")."""
 
 from __future__ import annotations
 
@@ -360,7 +360,7 @@ def test_cached_and_written_parts_together_cannot_exceed_the_input() -> None:
 
 def test_counts_and_their_sums_stop_at_max_count() -> None:
     """A count above 2^53 - 1, or a sum of counts above it, is refused by path: nothing reaches
-    the store that a JSON client could not read exactly (a sum past 64 bits once answered 500)."""
+    the store that a JSON client could not read exactly (a sum past 64 bits would answer 500)."""
     assert (
         normalize_usage("openai", {"prompt_tokens": MAX_COUNT}).provider_input_tokens == MAX_COUNT
     )

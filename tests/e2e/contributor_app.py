@@ -2,13 +2,20 @@
 
 Behaviour by path:
   /ok/<ms>/<source>     answer {revision, blocks} after <ms> milliseconds
-  /hang                 never answer (until the client goes away)
-  /drip                 send headers, then one byte every 50 ms, forever
+  /together/<n>/<group>/<source>
+                        answer {revision, blocks} once <n> calls of <group> have arrived
+  /hang[/<tag>]         never answer; note "closed" when the client goes away
+  /drip[/<tag>]         send headers, then one byte every 50 ms until the client goes away
+                        (noted "closed")
+  /late/<source>        wait until the client goes away (noted "closed"), then send the answer
+                        all the same (noted "answered")
   /fail/<status>        answer that status
   /record/<source>      answer at once and append the raw request (headers + body) to RECORD_FILE
-  /late/<ms>/<source>   like /ok, and append "answered" to RECORD_FILE once the answer is sent
   /revision/<value>     answer {revision: <value>, blocks} for both packet types
   /state/<source>       like /revision, the value read from the file STATE_DIR/<source> ("r1" if none)
+
+Every request is noted "seen" when it arrives. Notes are JSON lines {"event", "path"} appended to
+RECORD_FILE: the tests wait on them (``e2e_support.Contributor.wait_for``) instead of on the clock.
 """
 
 from __future__ import annotations
@@ -50,6 +57,20 @@ def _record(entry: dict[str, Any]) -> None:
             handle.write(json.dumps(entry) + "\n")
 
 
+def _note(event: str, path: str) -> None:
+    _record({"event": event, "path": path})
+
+
+async def _until_disconnect(receive: Any) -> None:
+    """Return once the client has gone away (the request body is read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+# /together: the calls of each group that have arrived, and the event all of them wait for.
+_GROUPS: dict[str, tuple[list[None], asyncio.Event]] = {}
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         while True:
@@ -59,17 +80,32 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-    parts = scope["path"].strip("/").split("/")
+    path = scope["path"]
+    parts = path.strip("/").split("/")
     body = await _body(receive)
+    _note("seen", path)
     packet = json.loads(body) if body else {}
     kind = parts[0]
     status, answer, delay = 200, None, 0.0
     source = parts[-1]
-    if kind == "ok" or kind == "late":
+    if kind == "ok":
         delay = int(parts[1]) / 1000
         answer = {"revision": "r1", "blocks": _blocks(source)}
+    elif kind == "together":
+        arrived, everyone = _GROUPS.setdefault(parts[2], ([], asyncio.Event()))
+        arrived.append(None)
+        if len(arrived) >= int(parts[1]):
+            everyone.set()
+        await everyone.wait()
+        answer = {"revision": "r1", "blocks": _blocks(source)}
+    elif kind == "late":
+        await _until_disconnect(receive)
+        _note("closed", path)
+        answer = {"revision": "r1", "blocks": _blocks(source)}
     elif kind == "hang":
-        await asyncio.sleep(3600)
+        await _until_disconnect(receive)
+        _note("closed", path)
+        return
     elif kind == "drip":
         await send(
             {
@@ -78,9 +114,12 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 "headers": [(b"content-type", b"application/json")],
             }
         )
-        while True:
+        gone = asyncio.ensure_future(_until_disconnect(receive))
+        while not gone.done():
             await send({"type": "http.response.body", "body": b" ", "more_body": True})
-            await asyncio.sleep(0.05)
+            await asyncio.wait({gone}, timeout=0.05)  # the drip's pace: the fault modelled
+        _note("closed", path)
+        return
     elif kind == "fail":
         status, answer = int(parts[1]), {"error": "boom"}
     elif kind == "record":
@@ -108,4 +147,4 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     )
     await send({"type": "http.response.body", "body": payload})
     if kind == "late":
-        _record({"answered": scope["path"]})
+        _note("answered", path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -62,6 +63,23 @@ class Contributor:
 
     def url(self, path: str) -> str:
         return self.base + path
+
+    def noted(self, event: str, path: str) -> bool:
+        """Whether the contributor has noted ``event`` ("seen", "closed", "answered") for
+        ``path`` (see ``contributor_app``)."""
+        if not self.record_file.exists():
+            return False
+        entry = json.dumps({"event": event, "path": path})
+        return entry in self.record_file.read_text().splitlines()
+
+    def wait_for(self, event: str, path: str, timeout: float = 20.0) -> None:
+        """Bounded polling: the contributor is another process, which notes what happened to
+        each call in its record file; give up loudly after ``timeout`` (a hang guard)."""
+        deadline = time.monotonic() + timeout
+        while not self.noted(event, path):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the contributor never noted {event!r} for {path}")
+            time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

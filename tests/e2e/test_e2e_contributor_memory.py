@@ -2,8 +2,8 @@
 
 A contributor answers without ``Content-Length`` (close-delimited or chunked), with bodies just
 under and just over the body cap. After 200 prepares the service's resident memory has not
-grown by anything like the bytes it read (an earlier client kept each refused body referenced
-until the cyclic collector ran: ~8 MB per call, RSS from 183 MB to 1.1 GB in 600 prepares).
+grown by anything like the bytes it read (a client that kept each refused body referenced
+until the cyclic collector ran would grow by about 8 MB a call: over 1 GB in 600 prepares).
 """
 
 from __future__ import annotations

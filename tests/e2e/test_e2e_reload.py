@@ -107,7 +107,17 @@ def test_admin_reload_call(contributor: Contributor, service_factory: ServiceFac
         )
         refused = client.post("/v1/admin/reload", headers={"X-Admin-Key": ADMIN_KEY})
         assert refused.status_code == 422
-        assert refused.json()["errors"] == [{"loc": "store", "msg": "changes here need a restart"}]
+        assert refused.json()["errors"] == [
+            {"loc": "store.backend", "msg": "changes here need a restart"}
+        ]
         assert client.post("/v1/prepare", json=body("c9")).status_code == 200, (
             "running config unchanged"
         )
+        # The bind comes from serve's options, which win over the file: a changed port in the
+        # file would not apply, so it is refused, named, rather than answered as reloaded.
+        svc.config.write_text(config(contributor, ["c0", "c9"], db) + "\n[server]\nport = 1\n")
+        moved = client.post("/v1/admin/reload", headers={"X-Admin-Key": ADMIN_KEY})
+        assert moved.status_code == 422
+        assert moved.json()["errors"] == [
+            {"loc": "server.port", "msg": "changes here need a restart"}
+        ]

@@ -6,12 +6,16 @@ import base64
 import hashlib
 import hmac
 import json
+import signal
+import socket
 import time
+import uuid
 from typing import Any
 
 import httpx
 import pytest
 from e2e_support import Contributor, ServiceFactory
+from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
@@ -53,82 +57,121 @@ def request(
 def test_eight_contributors_are_called_concurrently(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """Eight contributors answering in 600 ms all answer within a 3 s deadline: they are called
-    at once (one after the other they would need 4.8 s, and the last ones would time out).
-    The latency figures are bench_service's."""
+    """Eight contributors that each answer only once all eight have been called all answer:
+    they are called at once (one after the other, the first would wait for the others until
+    the deadline and the prepare would fail with 504). The latency figures are bench_service's."""
     names = [f"c{i}" for i in range(8)]
-    svc = service_factory(config({n: {"url": contributor.url(f"/ok/600/{n}")} for n in names}))
-    body = request([(n, n) for n in names], timeout_ms=3000)
-    with httpx.Client(base_url=svc.base, timeout=10) as client:
+    group = uuid.uuid4().hex
+    svc = service_factory(
+        config({n: {"url": contributor.url(f"/together/8/{group}/{n}")} for n in names})
+    )
+    body = request([(n, n) for n in names], timeout_ms=30_000)
+    with httpx.Client(base_url=svc.base, timeout=60) as client:
         response = client.post("/v1/prepare", json=body)
     assert response.status_code == 200, response.text
     sources = response.json()["selection"]["sources"]
     assert [s["status"] for s in sources] == ["ok"] * 8
 
 
-@pytest.mark.parametrize("path", ["/hang", "/drip"])
-def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
-    path: str, contributor: Contributor, service_factory: ServiceFactory
+def test_deadline_contract_a_hung_contributor_fails_the_prepare_after_its_deadline(
+    contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """A hung or byte-dripping contributor under 'fail' gives 504 after the deadline (the
-    contributor had all of its time) and well before the deadline + 2 s (it was cut)."""
+    """The suite's one deadline-contract test (tests/README.md): a contributor that never
+    answers, under 'fail', makes the prepare answer 504 no sooner than its 300 ms deadline (the
+    contributor had all of its time) and long before the client would give up (the call was
+    cut). Only a lower bound and a generous upper bound: how fast a loaded machine answers is
+    bench_service's to measure, not a test's to assert."""
+    path = f"/hang/contract-{uuid.uuid4().hex}"
     svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
-    with httpx.Client(base_url=svc.base, timeout=5) as client:
+    with httpx.Client(base_url=svc.base, timeout=60) as client:
         started = time.perf_counter()
         response = client.post("/v1/prepare", json=request([("slow", "slow")], timeout_ms=300))
         elapsed = time.perf_counter() - started
     assert response.status_code == 504
+    assert 0.300 <= elapsed < 0.300 + 10.0, f"took {elapsed * 1000:.0f} ms"
+
+
+@pytest.mark.parametrize(
+    ("kind", "phase"),
+    [("hang", "waiting for the response headers"), ("drip", "reading the body")],
+)
+def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
+    kind: str, phase: str, contributor: Contributor, service_factory: ServiceFactory
+) -> None:
+    """A hung or byte-dripping contributor under 'fail' gives 504 naming it, with the phase the
+    deadline cut, and the service closes its connection (the contributor sees it go)."""
+    path = f"/{kind}/fail-{uuid.uuid4().hex}"
+    svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
+    with httpx.Client(base_url=svc.base, timeout=60) as client:
+        response = client.post("/v1/prepare", json=request([("slow", "slow")], timeout_ms=300))
+    assert response.status_code == 504
     assert response.headers["content-type"] == "application/problem+json"
-    assert response.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
-    assert 0.300 <= elapsed < 0.300 + 2.0, f"took {elapsed * 1000:.0f} ms"
+    problem = response.json()
+    assert (problem["code"], problem["sources"]) == ("CONTEXT_ASSEMBLY_TIMEOUT", ["slow"])
+    assert problem["contributors"] == [
+        {"source": "slow", "status": "timeout", "cause": f"deadline reached while {phase}"}
+    ]
+    contributor.wait_for("closed", path)
 
 
 def test_omit_policy_reports_timeout_and_succeeds(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """With 'omit' a hung contributor shows 'timeout' in the manifest and the prepare succeeds."""
+    """With 'omit' a hung contributor shows 'timeout' in the manifest, its connection is closed
+    at the deadline, and the prepare succeeds with the other source."""
+    path = f"/hang/omit-{uuid.uuid4().hex}"
     svc = service_factory(
         config(
             {
-                "slow": {"url": contributor.url("/hang")},
+                "slow": {"url": contributor.url(path)},
                 "fast": {"url": contributor.url("/ok/0/fast")},
             }
         )
     )
     body = request([("slow", "slow"), ("fast", "fast")], timeout_ms=250, slow="omit")
-    started = time.perf_counter()
-    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=5)
-    elapsed = time.perf_counter() - started
+    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=60)
     assert response.status_code == 200, response.text
-    assert 0.250 <= elapsed < 0.250 + 2.0, f"took {elapsed * 1000:.0f} ms"
     sources = {s["source"]: s for s in response.json()["selection"]["sources"]}
     assert {name: s["status"] for name, s in sources.items()} == {"slow": "timeout", "fast": "ok"}
-    assert 240 <= sources["slow"]["duration_ms"] < 2250  # it was waited for until the deadline
     ids = {b["id"] for b in response.json()["selection"]["blocks"]}
     assert ids == {"fast-a", "fast-b"}
+    contributor.wait_for("closed", path)
+
+
+def _contributor_calls(base: str) -> set[tuple[str, str]]:
+    """The (source label, status) of every contributor call the service's /metrics counts."""
+    text = httpx.get(f"{base}/metrics", timeout=5).text
+    return {
+        (sample.labels["source"], sample.labels["status"])
+        for family in text_string_to_metric_families(text)
+        if family.name == "context_assembly_contributor_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_count")
+    }
 
 
 def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
     """A 'fail' source answering 500 fails the prepare as soon as it answers (502 naming it),
-    not when a hung 'omit' source reaches the 20 s deadline."""
+    not when a hung 'omit' source reaches the 30 s deadline: the hung call is cancelled (its
+    connection closed) without ever settling, so /metrics counts the failed call only."""
+    path = f"/hang/fail-fast-{uuid.uuid4().hex}"
     svc = service_factory(
         config(
             {
                 "broken": {"url": contributor.url("/fail/500")},
-                "slow": {"url": contributor.url("/hang"), "failure_policy": "omit"},
+                "slow": {"url": contributor.url(path), "failure_policy": "omit"},
             }
         )
     )
-    body = request([("broken", "broken"), ("slow", "slow")], timeout_ms=20_000)
-    started = time.monotonic()
-    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=30)
-    elapsed = time.monotonic() - started
+    body = request([("broken", "broken"), ("slow", "slow")], timeout_ms=30_000)
+    response = httpx.post(f"{svc.base}/v1/prepare", json=body, timeout=60)
     assert response.status_code == 502, response.text
     problem = response.json()
     assert problem["code"] == "CONTRIBUTOR_FAILED" and problem["source"] == "broken"
-    assert elapsed < 10.0, f"{elapsed:.2f}s: the prepare waited for the hung source"
+    contributor.wait_for("closed", path)
+    assert _contributor_calls(svc.base) == {("broken", "error")}
 
 
 def test_head_answers_every_get_route_without_a_body(service_factory: ServiceFactory) -> None:
@@ -148,25 +191,17 @@ def test_head_answers_every_get_route_without_a_body(service_factory: ServiceFac
 def test_a_late_answer_changes_nothing_stored(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
-    """A contributor that answers after the deadline leaves the stored preparation as it was answered."""
+    """A contributor that answers after the deadline leaves the stored preparation as it was
+    answered: the contributor sends its answer once the service has closed the call."""
+    path = f"/late/late-{uuid.uuid4().hex}"
     svc = service_factory(
-        config({"late": {"url": contributor.url("/late/400/late"), "failure_policy": "omit"}})
+        config({"late": {"url": contributor.url(path), "failure_policy": "omit"}})
     )
-    with httpx.Client(base_url=svc.base, timeout=5) as client:
+    with httpx.Client(base_url=svc.base, timeout=60) as client:
         response = client.post("/v1/prepare", json=request([("late", "late")], timeout_ms=150))
         assert response.status_code == 200
         prep = response.json()
-        # Wait (bounded) until the contributor reports it has sent its late answer.
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            text = contributor.record_file.read_text() if contributor.record_file.exists() else ""
-            if "/late/400/late" in text:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the contributor never answered")
-        # The answer is on its way to the service: give a late write every chance to land.
-        time.sleep(0.5)
+        contributor.wait_for("answered", path)  # after the close: nothing can read it any more
         stored = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
     assert stored["selection"] == prep["selection"]
     assert stored["selection"]["sources"][0]["status"] == "timeout"
@@ -197,8 +232,8 @@ def test_signature_verifies_with_an_independent_implementation(
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     assert f"v1,{expected}" in headers["webhook-signature"].split(" ")
     assert abs(int(headers["webhook-timestamp"]) - time.time()) < 60
-    # The remaining budget at send time: at most timeout_ms, and not much less (sent at once).
-    assert 700 <= int(headers["x-contributor-timeout-ms"]) <= 800
+    # The remaining budget at send time: within the request's timeout_ms.
+    assert 1 <= int(headers["x-contributor-timeout-ms"]) <= 800
     packet = json.loads(body)
     assert packet["type"] == "contribute" and packet["source"] == "signed"
     assert packet["preparation_id"] == response.json()["preparation_id"]
@@ -293,26 +328,42 @@ def test_logs_carry_ids_and_timings_never_text(service_factory: ServiceFactory) 
 
 @pytest.mark.parametrize("drain", [0, 0.5])
 def test_a_drain_under_a_second_is_still_bounded(
-    service_factory: ServiceFactory, drain: float
+    contributor: Contributor, service_factory: ServiceFactory, drain: float
 ) -> None:
-    """With ``drain_seconds`` under 1 a request that never finishes does not hold SIGTERM up:
-    the process exits after the drain (once 0.5 and 0 meant no bound at all)."""
-    import signal
-    import socket
-
-    svc = service_factory(config({}, f"\n[server]\ndrain_seconds = {drain}\n"))
+    """With ``drain_seconds`` under 1 (0 is no drain) a request still in flight does not hold
+    SIGTERM up until it ends: a prepare waiting on a hung contributor, its deadline 30 s away,
+    is cancelled once the drain is over (its contributor call closed), the process exits, and
+    the request never gets the 504 its deadline would have given."""
+    path = f"/hang/drain-{uuid.uuid4().hex}"
+    svc = service_factory(
+        config({"slow": {"url": contributor.url(path)}}, f"\n[server]\ndrain_seconds = {drain}\n")
+    )
+    body = json.dumps(request([("slow", "slow")], timeout_ms=30_000)).encode()
     port = int(svc.base.rsplit(":", 1)[1])
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as held:
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as held:
         held.sendall(
             b"POST /v1/prepare HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b'content-length: 100\r\n\r\n{"model":'
+            b"content-length: %d\r\n\r\n%s" % (len(body), body)
         )
-        time.sleep(0.2)  # the server has the head and waits for the rest of the body
-        started = time.monotonic()
+        contributor.wait_for("seen", path)  # the prepare is under way, waiting on the call
         svc.proc.send_signal(signal.SIGTERM)
-        svc.proc.wait(10)
-        elapsed = time.monotonic() - started
-    assert elapsed < drain + 3, f"exited after {elapsed:.2f}s"
+        # Bounded: the drain is under a second, the prepare's deadline 30 s away.
+        svc.proc.wait(20)
+        contributor.wait_for("closed", path)
+        answer = _read_until_closed(held)
+    assert b"CONTEXT_ASSEMBLY_TIMEOUT" not in answer, answer[:200]
+    assert not answer.startswith(b"HTTP/1.1 504"), answer[:200]
+
+
+def _read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes the connection (or resets it)."""
+    got = bytearray()
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return bytes(got)
 
 
 def test_records_answered_before_sigterm_survive_a_restart(

@@ -20,6 +20,7 @@ EXAMPLES = [
     "contributor",
     "breakdown",
     "provider_sdk",
+    "mcp_contributor",
     "integrations/langchain_agent",
     "integrations/pydantic_ai_agent",
     "integrations/openai_agents_agent",
@@ -188,3 +189,19 @@ def test_python_runtime_adapters(sections: dict[str, str], name: str) -> None:
     reported = re.findall(r"^usage report (?:\S+ of )?(prep_\S+): provider=normalized ", out, re.M)
     assert sorted(reported) == sorted(preparations)
     assert "stats: prepared=2 failed_open=0 usage_reports=2" in out
+
+
+def test_mcp_contributor(sections: dict[str, str]) -> None:
+    """An official-SDK MCP server's resources and tool results become blocks with mapped
+    priorities; a server that is down is an omitted source; binary content is skipped and said;
+    the header's value never reaches the log."""
+    out = sections["mcp_contributor"]
+    assert "  source handbook: status=ok blocks=4" in out
+    assert "  source archive: status=error blocks=0" in out
+    assert re.search(
+        r"^  block handbook/handbook://refunds: selected \(fits\) priority=800 ", out, re.M
+    )
+    assert re.search(r"^  block handbook/search#[0-9a-f]{12}: selected \(fits\) ", out, re.M)
+    assert re.search(r"^log: mcp_binary_skipped source=handbook items=1 bytes=\d+$", out, re.M)
+    assert "validate: valid=True" in out
+    assert "header value in the service log: False" in out

@@ -64,7 +64,7 @@ def fuzz_settings(max_examples: int) -> settings:
 
 texts = st.one_of(st.text(max_size=12), st.just(MARKER))
 # Block ids and dependency references never hold the marker: a block rule names the offending
-# block and dependency by id (ids may go into answers and logs, SPEC §10), as it does for inline
+# block and dependency by id (ids may go into answers and logs, docs/contract.md, "Privacy"), as it does for inline
 # blocks; every other place of the body may hold it, and no cause may quote it.
 ids = st.text(max_size=12)
 scalars = st.one_of(
@@ -304,8 +304,9 @@ async def _fan_out(answers: dict[str, Reply], secrets: list[bool], expired: bool
             return await contribute_all(client, targets, FIELDS, deadline, CAP)
 
 
-# Found by longer runs than CI's: a 504 (the contributor reporting its deadline) and integers
-# beyond 64 bits, which once failed the prepare with a 500 (``request.INT64_MIN``).
+# Cases CI's short runs seldom draw, kept as examples: a 504 (the contributor reporting its
+# deadline) and integers beyond 64 bits, which must not fail the prepare with a 500
+# (``request.INT64_MIN``).
 JSON_TYPE = {"content-type": "application/json"}
 BIG_REVISION = Reply(200, b'{"revision": -9223372036854775809, "blocks": []}', JSON_TYPE)
 BIG_PRIORITY = Reply(

@@ -8,7 +8,7 @@ API-key auth and one registered contributor answering on a loopback server.
 Checks: no 5xx (``not_a_server_error``), documented status codes, documented content types,
 bodies and headers matching the schema, malformed input rejected (``negative_data_rejection``),
 and every 4xx/5xx answered as ``application/problem+json``. Not run here:
-``positive_data_acceptance`` (the schema cannot express the cross-field rules of SPEC §5.1, so a
+``positive_data_acceptance`` (the schema cannot express the cross-field rules of docs/contract.md, "Block rules", so a
 schema-valid request may rightly be 422) and ``unsupported_method`` (a known bug, see the xfail
 below). Bounded and reproducible: ``max_examples`` per operation, derandomized, fixed seed
 (``make test-deep`` multiplies the examples and drops the derandomization: ``hypothesis_budget``).
@@ -66,19 +66,16 @@ schema = schemathesis.openapi.from_path(OPENAPI, config=SchemathesisConfig(seed=
 
 @schema.hook
 def map_case(context: HookContext, case: schemathesis.Case) -> schemathesis.Case:
-    """Give positive prepare-shaped bodies exactly one of ``model``/``models``: the document
-    cannot say "exactly one of", so most generated bodies (every phase) would stop at that rule
-    and never reach selection. Negative cases are left exactly as generated."""
+    """Read negative prepare-shaped bodies as neutral ones: the document describes `history`
+    and `input` items as neutral messages, and under the default ``input_format: "auto"`` the
+    service also reads the providers' shapes (an OpenAI Chat ``content: null`` reads as empty),
+    which a schema-violating neutral message may happen to be. A body that names its
+    ``input_format`` keeps it; positive cases are left exactly as generated (the document says
+    "exactly one of ``model`` and ``models``", and generation follows it)."""
     body = case.body
-    positive = case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE
-    if not positive or case.operation.path not in PREPARE_SHAPED or not isinstance(body, dict):
-        return case
-    has_model = body.get("model") is not None
-    has_models = body.get("models") is not None
-    if has_model and has_models:
-        case.body = {k: v for k, v in body.items() if k != "models"}
-    elif not has_model and not has_models:
-        case.body = {**{k: v for k, v in body.items() if k != "models"}, "model": "gpt-4o-mini"}
+    negative = case.meta is not None and case.meta.generation.mode == GenerationMode.NEGATIVE
+    if negative and case.operation.path in PREPARE_SHAPED and isinstance(body, dict):
+        case.body = {"input_format": "neutral", **body}
     return case
 
 

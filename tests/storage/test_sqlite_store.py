@@ -221,7 +221,7 @@ async def test_a_put_is_in_the_file_when_it_returns(
 async def test_an_id_already_in_the_file_is_refused_by_put(
     tmp_path: Path, make_record: RecordFactory, now: float
 ) -> None:
-    """An id another process (or an earlier run) wrote makes ``put`` raise before it returns,
+    """An id another process (or an earlier process on the same file) wrote makes ``put`` raise before it returns,
     and the first record stays as it was."""
     path = tmp_path / "s.db"
     other = await SqliteStore.open(path)

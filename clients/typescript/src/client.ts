@@ -1,5 +1,5 @@
 /**
- * `ContextAssemblyClient`: a dependency-free client of the context-assembly HTTP API (SPEC §3),
+ * `ContextAssemblyClient`: a dependency-free client of the context-assembly HTTP API (docs/api.md),
  * built on the global `fetch` of Node 20+ (or any `fetch` passed in).
  *
  * - Every attempt has one timeout (`timeoutMs`, per client or per call) covering the whole

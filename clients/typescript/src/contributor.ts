@@ -1,5 +1,5 @@
 /**
- * Serve a contributor webhook (SPEC §3.4) from one function, on `node:http`:
+ * Serve a contributor webhook (docs/contract.md, "Webhook protocol") from one function, on `node:http`:
  *
  * ```ts
  * import { createServer } from "node:http";

@@ -1,5 +1,5 @@
 /**
- * The client's errors: one base, transport errors, and one class per problem code (SPEC §9).
+ * The client's errors: one base, transport errors, and one class per problem code (docs/contract.md, "Errors").
  *
  * ```
  * ContextAssemblyError
@@ -17,14 +17,15 @@
  *       ├── ContributorUrlRejectedError  CONTRIBUTOR_URL_REJECTED   422
  *       ├── AuthenticationError          UNAUTHENTICATED            401
  *       ├── NotFoundError                NOT_FOUND                  404
+ *       ├── BadRequestError              BAD_REQUEST                400
  *       ├── PayloadTooLargeError         PAYLOAD_TOO_LARGE          413
  *       ├── StoreUnavailableError        STORE_UNAVAILABLE          503
  *       └── InternalServerError          any other 5xx
  * ```
  *
  * The class is chosen from the problem `code` first; an answer without a known code (a proxy's
- * page, a future code) falls back by status: 401, 404 and 413 to their classes, any other 5xx to
- * `InternalServerError`, anything else to `APIStatusError` itself. All of that happens in
+ * page, a future code) falls back by status: 400, 401, 404 and 413 to their classes, any other 5xx
+ * to `InternalServerError`, anything else to `APIStatusError` itself. All of that happens in
  * {@link makeStatusError}, the one place that reads an error response.
  */
 
@@ -39,7 +40,7 @@ export interface ProblemBody {
   [extension: string]: unknown;
 }
 
-/** Every problem `code` the service answers with (SPEC §9, plus the operational ones). */
+/** Every problem `code` the service answers with (docs/contract.md, "Errors"). */
 export const PROBLEM_CODES = [
   "CONTEXT_ASSEMBLY_INVALID",
   "CONTEXT_ASSEMBLY_OVERFLOW",
@@ -51,7 +52,10 @@ export const PROBLEM_CODES = [
   "UNAUTHENTICATED",
   "NOT_FOUND",
   "METHOD_NOT_ALLOWED",
+  "BAD_REQUEST",
   "PAYLOAD_TOO_LARGE",
+  "REQUEST_HEAD_TOO_LARGE",
+  "REQUEST_TIMEOUT",
   "STORE_UNAVAILABLE",
   "INTERNAL",
 ] as const;
@@ -162,7 +166,7 @@ export class AssemblyTimeoutError extends APIStatusError {
 }
 
 /**
- * Something the preparation relied on changed; `reasons` lists what (SPEC §3.3):
+ * Something the preparation relied on changed; `reasons` lists what (docs/contract.md, "Lifecycle"):
  * `model_changed`, `scope_changed`, `prefix_changed`, `input_changed`, `expired:<source>/<id>`,
  * `revision_changed:<source>`, `revision_unavailable:<source>`, `refresh_used`.
  */
@@ -203,6 +207,15 @@ export class NotFoundError extends APIStatusError {
   static override readonly expectedCode = "NOT_FOUND";
 }
 
+/**
+ * The request was not valid HTTP and was refused before it was read (a malformed request line,
+ * header field, `Content-Length` or chunk): a bug in the HTTP stack that sent it, or in a proxy on
+ * the way.
+ */
+export class BadRequestError extends APIStatusError {
+  static override readonly expectedCode = "BAD_REQUEST";
+}
+
 /** The request body is over the service's configured limit. */
 export class PayloadTooLargeError extends APIStatusError {
   static override readonly expectedCode = "PAYLOAD_TOO_LARGE";
@@ -228,11 +241,13 @@ const BY_CODE: ReadonlyMap<string, StatusErrorClass> = new Map<string, StatusErr
   [ContributorUrlRejectedError.expectedCode, ContributorUrlRejectedError],
   [AuthenticationError.expectedCode, AuthenticationError],
   [NotFoundError.expectedCode, NotFoundError],
+  [BadRequestError.expectedCode, BadRequestError],
   [PayloadTooLargeError.expectedCode, PayloadTooLargeError],
   [StoreUnavailableError.expectedCode, StoreUnavailableError],
 ]);
 
 const BY_STATUS: ReadonlyMap<number, StatusErrorClass> = new Map<number, StatusErrorClass>([
+  [400, BadRequestError],
   [401, AuthenticationError],
   [404, NotFoundError],
   [413, PayloadTooLargeError],

@@ -2,601 +2,991 @@
 // Do not edit by hand: run `npm run gen-types` after the OpenAPI document changes;
 // `npm run check-types` (part of `npm test`) fails while this file is out of date.
 
+/** The service's estimate beside the provider's reports. */
 export interface AccountingReport {
+  /** The latest `repair` report. */
   auxiliary: Observation | null;
+  /** The frame's input tokens, as counted. */
   estimated_input_tokens: number;
+  /** The latest `main` or `wrap_up` report. */
   last: Observation | null;
 }
 
+/** How the frame is assembled: the data limits, the layout, the contributors' deadline. */
 export interface AssemblyOptions {
+  /** Whether the oldest history may be dropped when the frame does not fit. */
   history_policy?: HistoryPolicy;
-  /** @default "legacy" */
+  /**
+   * `legacy`: one leading system message with the instructions, the legacy views and the date line. `stable-prefix`: the system message holds only the instructions and tools are sorted by name, so the prefix stays the same from turn to turn; the legacy views and the date line follow the history in a developer message.
+   * @default "legacy"
+   */
   layout?: "legacy" | "stable-prefix";
   /**
+   * The longest text or projection a block may have, in characters.
    * minimum 1, maximum 1000000
    * @default 65536
    */
   max_block_characters?: number;
   /**
+   * The most blocks the preparation may have (all sources together).
    * minimum 0, maximum 2048
    * @default 128
    */
   max_blocks?: number;
   /**
+   * The most tokens the data message may take; the data limit is the smaller of this and the window left after the fixed parts and the reserves.
    * minimum 0, maximum 1000000
    * @default 2048
    */
   max_data_tokens?: number;
   /**
+   * Tokens kept free for reasoning or thinking, beside `response_reserve`.
    * minimum 0, maximum 1000000
    * @default 0
    */
   reasoning_reserve_tokens?: number;
+  /** Per source (a plugin's name), the most tokens its blocks may take. */
   source_token_limits?: Record<string, number>;
   /**
+   * The one deadline of all contributor calls of the prepare, in milliseconds.
    * minimum 1, maximum 30000
    * @default 1000
    */
   timeout_ms?: number;
-  /** @default "auto" */
+  /**
+   * `auto`: the model's own tokenizer, or the conservative `estimate` for a model without a public one; or one named here.
+   * @default "auto"
+   */
   tokenizer?: "auto" | "o200k_base" | "cl100k_base" | "estimate";
 }
 
-/** One piece of source data. Field rules needing the request's limits are in `blocks.py`. */
+/**
+ * One piece of source data: selected in full, projected (its shorter `projection` sent
+ * instead) or omitted, each with a reason.
+ */
 export interface Block {
+  /** Blocks this one needs, as `source/id`: it is chosen only with all of them. */
   dependencies?: string[];
+  /** An RFC 3339 time after which the block is omitted as `expired` (an expired protected block, or protected block's dependency, is a `422`). */
   expires_at?: string | null;
+  /** The block's id, unique in its source; other blocks name it `source/id`. */
   id: string;
-  /** @default 0 */
+  /**
+   * Optional blocks are chosen by priority, highest first (ties by `source/id`).
+   * minimum -1000, maximum 1000
+   * @default 0
+   */
   priority?: number;
+  /** A shorter text sent instead when the full text does not fit (`projected`). */
   projection?: string | null;
-  /** @default false */
+  /**
+   * Always selected, with its dependencies; a request whose protected blocks do not fit the data limit is refused (`CONTEXT_ASSEMBLY_OVERFLOW`).
+   * @default false
+   */
   protected?: boolean;
+  /** The text the model reads in the data message (at most `assembly.max_block_characters` characters). */
   text: string;
 }
 
+/** The decision on one block, with its reason and counts (never its text). */
 export interface BlockReport {
+  /** The blocks it needs, as `source/id`. */
   dependencies: string[];
+  /** Tokens of the full text in the data message. */
   full_tokens: number;
+  /** The block's id in its source. */
   id: string;
+  /** The block's priority. */
   priority: number;
+  /** Tokens of the projection (`null` without one). */
   projection_tokens: number | null;
+  /** Whether the block is protected. */
   protected: boolean;
+  /** Why: `protected`, `dependency` (another chosen block needs it), `fits`, `projection_fits`; or, omitted, `expired`, `missing_dependency`, `budget` (the data limit), `source_budget` (its source's limit), `source_failed`. */
   reason: "protected" | "dependency" | "fits" | "projection_fits" | "expired" | "missing_dependency" | "budget" | "source_budget" | "source_failed";
+  /** The block's source. */
   source: string;
+  /** `selected` (in full), `projected` or `omitted`. */
   status: "selected" | "projected" | "omitted";
+  /** Tokens as sent: full, projected, or 0 when omitted. */
   tokens: number;
-}
-
-export interface BudgetReport {
-  capacity: number;
-  capacity_source: "host" | "provider" | "registry" | "fallback";
-  data_limit_tokens: number;
-  data_tokens: number;
-  history_dropped_messages: number;
-  history_tokens: number;
-  input_tokens: number;
-  instructions_tokens: number;
-  legacy_data_tokens: number;
-  provider_counted_tokens?: number | null;
-  reasoning_reserve_tokens: number;
-  remaining_tokens: number;
-  response_reserve: number;
-  tools_tokens: number;
-  total_input_tokens: number;
-}
-
-/** `POST /v1/budget`: what is already materialisable, no contributor called. */
-export interface BudgetResponse {
-  budget: BudgetReport;
-  model: string;
-  pending_sources: string[];
-  selection: SelectionReport;
 }
 
 /**
- * A placed cache marker: `tokens` is the count of the prefix up to and including `after`;
- * `message` the frame index of the message the marker ends (absent for `tools`: the last
- * tool definition).
+ * The token budget: the window, each term of the frame, the reserves and the data limit.
+ * The terms add up to `total_input_tokens`; every count includes its message framing.
  */
+export interface BudgetReport {
+  /** The model's context window, in tokens. */
+  capacity: number;
+  /** Where the window comes from: `host` or `provider` (the request's `max_context_tokens`), `registry` (the model registry) or `fallback` (128,000). */
+  capacity_source: "host" | "provider" | "registry" | "fallback";
+  /** The data message's limit: the smaller of `max_data_tokens` and `remaining_tokens`. */
+  data_limit_tokens: number;
+  /** The data message as sent (0 without one). */
+  data_tokens: number;
+  /** History messages `history_policy` dropped to fit. */
+  history_dropped_messages: number;
+  /** The history as sent (the provider's count for a native history). */
+  history_tokens: number;
+  /** This turn's input messages. */
+  input_tokens: number;
+  /** The leading instructions (host and plugins), with the reply priming. */
+  instructions_tokens: number;
+  /** The legacy plugin views and the date and time line. */
+  legacy_data_tokens: number;
+  /** A native history's `provider_counted_tokens` (absent otherwise). */
+  provider_counted_tokens?: number | null;
+  /** Tokens kept free for reasoning. */
+  reasoning_reserve_tokens: number;
+  /** The window left for data: capacity minus the reserves and every fixed term. */
+  remaining_tokens: number;
+  /** Tokens kept free for the answer. */
+  response_reserve: number;
+  /** The tool definitions. */
+  tools_tokens: number;
+  /** Every input token of the frame: the terms added. */
+  total_input_tokens: number;
+}
+
+/**
+ * What is already materialisable (inline contributions, the whiteboard, legacy views),
+ * counted and selected; no contributor is called and nothing is stored.
+ */
+export interface BudgetResponse {
+  /** The token budget. */
+  budget: BudgetReport;
+  /** The model counted for (with `models`, the chosen one). */
+  model: string;
+  /** The webhook sources, not called here (prepare calls them). */
+  pending_sources: string[];
+  /** The manifest of what is materialisable. */
+  selection: SelectionReport;
+}
+
+/** A cache marker placed in the frame (or, for `neutral`, where one goes). */
 export interface CacheBreakpoint {
+  /** What the marker ends: `tools` (the last tool definition), `instructions` (the leading system content) or `history` (the last history message). */
   after: "tools" | "instructions" | "history";
+  /** The frame index of the message the marker ends (absent for `tools`). */
   message?: number | null;
+  /** The tokens of the prefix up to and including it. */
   tokens: number;
+  /** The marker's lifetime. */
   ttl: "5m" | "1h";
 }
 
 /**
- * Provider cache directives the caller opts in to, and the turn to explain this one against.
- *
- * `breakpoints`: for `render: "anthropic"` the body carries `cache_control` markers where
- * `core/cache.py` plans them (`neutral` shows the plan in the manifest only; the other
- * renderers ignore it). `ttl`: the markers' lifetime. `key`: the OpenAI
- * `prompt_cache_key` (`openai-chat`, `openai-responses`): this string, or for `"auto"`
- * a short hash of tenant and scope. `retention`: OpenAI's `prompt_cache_retention`.
- *
- * `previous_preparation_id`: absent means the previous turn is the latest preparation of the
- * same tenant and scope; `null` means this is a first turn (`previous_given` tells the two
- * apart); else the id of the previous turn's preparation.
+ * Provider cache directives, and the turn to explain this one against (`selection.cache`).
+ * The service creates no cache, calls no provider and promises no hit.
  */
 export interface CacheOptions {
-  /** @default false */
+  /**
+   * With `render: "anthropic"`, `cache_control` markers (at most 4) after the last tool, after the leading system content and on the last history message, each only where the tokens up to it reach the model's minimum cacheable length. `neutral` reports the plan without markers; the other renders ignore it.
+   * @default false
+   */
   breakpoints?: boolean;
+  /** OpenAI renders: the body's `prompt_cache_key`, this string or, for `auto`, one derived from tenant and scope (the same for every turn of the scope, never the scope's values). */
   key?: string | null;
+  /** The turn to compare with. Absent: the latest preparation of the same tenant and scope. `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`). */
   previous_preparation_id?: string | null;
+  /** OpenAI renders: the body's `prompt_cache_retention`. */
   retention?: "in_memory" | "24h" | null;
-  /** @default "5m" */
+  /**
+   * The markers' lifetime; `1h` adds `"ttl": "1h"` to each.
+   * @default "5m"
+   */
   ttl?: "5m" | "1h";
 }
 
 /**
- * `selection.cache`: the cache plan of this turn and how its prefix compares with the
- * previous turn's (only for a request with `cache`; `core/cache.py` builds it).
+ * `selection.cache`: this turn's cache plan and how its prefix compares with the previous
+ * turn's (only for a request with `cache`).
  */
 export interface CacheReport {
+  /** The markers placed. */
   breakpoints: CacheBreakpoint[];
+  /** Tokens a provider can cache: up to the last marker (Anthropic); by OpenAI's rule (at least 1,024, in steps of 128) for OpenAI renders. */
   cacheable_tokens: number;
+  /** The first part that changed (`null` when the prefix was kept or there is nothing to compare with). */
   first_change: FirstChange | null;
+  /** Whether the previous turn's prefix starts this one (`null`: nothing to compare with). */
   prefix_kept: boolean | null;
+  /** The turn compared with (`null`: a first turn). */
   previous_preparation_id: string | null;
+  /** The `prompt_cache_key` (OpenAI and neutral renders, when `cache.key` is set). */
   prompt_cache_key?: string | null;
+  /** The `prompt_cache_retention` (OpenAI and neutral renders, when `cache.retention` is set). */
   prompt_cache_retention?: string | null;
+  /** The markers left out, with the reason. */
   skipped: SkippedBreakpoint[];
 }
 
-/** Blocks the host already has, carried in the request (an inline contributor). */
+/** Blocks the host already has, sent in the request (an inline source). */
 export interface Contribution {
+  /** The blocks. */
   blocks?: Block[];
+  /** Instructions that replace the plugin's for this request (`null` drops them); absent, the plugin's own stay. */
   instructions?: string | null;
+  /** A tool the model can call to read an entry that is not shown; the plugin's note names it. */
   recovery_tool?: string | null;
+  /** The version of these blocks: a string, a finite number or an integer within signed 64 bits. */
   revision: string | number;
-  /** minLength 1 */
+  /**
+   * The plugin whose content view these blocks replace.
+   * minLength 1
+   */
   source: string;
-}
-
-/** A remote webhook contributor: a registered `endpoint` name or an inline `url`. */
-export interface ContributorRef {
-  endpoint?: string | null;
-  failure_policy?: "fail" | "omit" | null;
-  instructions?: string | null;
-  recovery_tool?: string | null;
-  /** minLength 1 */
-  source: string;
-  url?: string | null;
 }
 
 /**
- * The first part of the prefix that differs from the previous turn's.
- *
- * `index`: the first differing history message, or tool definition (in frame order); a
- * count past the end when one list only grew or shrank there; `None` for the other parts.
+ * A webhook contributor the service calls during the prepare, within `assembly.timeout_ms`:
+ * a registered `endpoint` or an allowlisted `url` (exactly one).
  */
+export interface ContributorRef {
+  /** The name of a contributor registered in the configuration (`[contributors.<name>]`). */
+  endpoint?: string | null;
+  /** When the call fails: `fail` fails the prepare (`502`, or `504` past the deadline); `omit` leaves the source out and goes on. Absent: the registration's policy, `fail` for a `url`. */
+  failure_policy?: "fail" | "omit" | null;
+  /** Instructions that replace the plugin's for this request (`null` drops them); absent, the plugin's own stay. */
+  instructions?: string | null;
+  /** A tool the model can call to read an entry that is not shown; the plugin's note names it. */
+  recovery_tool?: string | null;
+  /**
+   * The plugin whose content view the answered blocks replace.
+   * minLength 1
+   */
+  source: string;
+  /** An inline contributor URL; only one the `[inline_urls]` allowlist admits, resolving to an allowed address (else `CONTRIBUTOR_URL_REJECTED`). */
+  url?: string | null;
+}
+
+/** The first part of the prefix that differs from the previous turn's. */
 export interface FirstChange {
+  /** For `tools` and `history`: the first differing tool (in frame order) or history message, or the length of the shorter list when one only grew or shrank; `null` for the other parts. */
   index: number | null;
+  /** `model`, `layout`, `tools`, `instructions` or `history`, in prefix order. */
   part: "model" | "tools" | "instructions" | "layout" | "history";
 }
 
 /** Messages in dispatch order and the tool definitions, as the host will send them. */
 export interface Frame {
+  /** The messages, in dispatch order. */
   messages?: Message[];
+  /** The tool definitions. */
   tools?: Tool[];
 }
 
+/** The process's health. */
 export interface Health {
+  /** `ok` (liveness) or `ready` (readiness). */
   status: string;
 }
 
+/** What happens when the frame does not fit the window. */
 export interface HistoryPolicy {
   /**
+   * With `drop_oldest`: how many of the newest messages are never dropped.
    * minimum 0, maximum 1000000
    * @default 2
    */
   keep_last_messages?: number;
-  /** @default "none" */
+  /**
+   * `none`: the history stays whole, and a frame that cannot fit is `CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call with its results) until it fits.
+   * @default "none"
+   */
   mode?: "none" | "drop_oldest";
 }
 
+/** A fact about how the frame was made that the caller may not expect. */
+export interface ManifestWarning {
+  /** `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. */
+  code: "unknown_model";
+  /** The same in words, naming the model. */
+  detail: string;
+}
+
+/**
+ * A message of the neutral shape. `history` and `input` also take OpenAI Chat, Anthropic
+ * Messages and OpenAI Responses messages, read into this shape with nothing lost.
+ */
 export interface Message {
-  /** @default "" */
+  /**
+   * Text, or a list of parts: `text`, `image`, `file`, `opaque` or `native`.
+   * @default ""
+   */
   content?: string | (TextPart | OpaquePart | NativePart)[];
+  /** The author's name, if any. */
   name?: string | null;
+  /** The message's fields of the provider's shape that the neutral one has no place for, under the format's name; sent back by that format's render only (a Responses item's `id` and `status`). */
   provider_fields?: Record<string, Record<string, unknown>> | null;
+  /** `system`, `developer`, `user`, `assistant` or `tool`. */
   role: "system" | "developer" | "user" | "assistant" | "tool";
+  /** A `tool` message's answer to this call id. */
   tool_call_id?: string | null;
+  /** An assistant message's tool calls. */
   tool_calls?: ToolCall[] | null;
 }
 
+/**
+ * One model of the registry; a request's model resolves to the entry whose name is the
+ * longest prefix of it.
+ */
 export interface ModelInfo {
+  /** Its context window, in tokens. */
   context_window: number | null;
+  /** The most tokens it may answer. */
   max_output_tokens: number | null;
+  /** The shortest prefix the provider caches, in tokens (`null`: unknown or none). */
   min_cacheable_prefix: number | null;
+  /** The model's name. */
   name: string;
+  /** Its provider. */
   provider: string;
+  /** The tokens that prime the reply, once per request. */
   reply_priming: number;
+  /** `o200k_base`, `cl100k_base`, or `estimate` (no public tokenizer: counts are conservative and not exact). */
   tokenizer: string;
+  /** The framing tokens of each message. */
   tokens_per_message: number;
+  /** The tokens a message's `name` adds. */
   tokens_per_name: number;
+  /** The framing tokens of each tool definition. */
   tokens_per_tool: number;
 }
 
+/** The model registry. */
 export interface ModelList {
+  /** The window of a model the registry does not know, without `max_context_tokens`. */
   fallback_context_window: number;
+  /** Every model the registry knows. */
   models: ModelInfo[];
 }
 
 /**
- * The conversation is held by the provider (a previous response id, a server-side compacted
- * item): the service never sees it and cannot hash, count or compact it.
- *
- * `provider_counted_tokens` is the provider's count of that held state: the tokens the
- * provider adds to what this request sends (instructions, tools, data and input are sent fresh
- * and counted by the service). It replaces the counted history in the budget.
- * `opaque` (default true) says the held state may contain items whose content the service
- * cannot know (compacted or encrypted items); it sets `selection.opaque_or_multimodal`.
+ * `first_change` of `selection.cache` with the names the record keeps (never a text):
+ * which tool, which history message and its role, which model or layout.
+ */
+export interface NamedChange {
+  /** changed: the item at index differs; added: a tool the previous turn did not have (tools are laid out by name, so it may shift others); removed: a tool the previous turn had, or a history cut short there. Null for a record made before it was kept. */
+  change?: "changed" | "added" | "removed" | null;
+  /** tools and history: the first tool definition (frame order) or history message that differs, or where one list ended; null for the other parts. */
+  index: number | null;
+  /** tools: the tool's name (the previous turn's when removed); model: the model and render target; layout: the layout. Null for instructions and history. */
+  name?: string | null;
+  /** The first part of the prefix that differs from the previous turn's, in prefix order: model (with the render target), layout, tools, instructions, history. */
+  part: "model" | "tools" | "instructions" | "layout" | "history";
+  /** The previous turn's name at the same place when it is another: the tool replaced there, the model or layout before. */
+  previous_name?: string | null;
+  /** history: the role of this turn's message at index (null when removed). */
+  role?: string | null;
+}
+
+/**
+ * A conversation the provider holds (a previous response id, a server-side compacted item):
+ * the service never sees it, so it cannot hash, count or compact it. The frame carries no
+ * history messages; the provider-held state goes right after the leading instructions.
  */
 export interface NativeHistory {
+  /** Always `true`: the provider holds the history. */
   native: true;
-  /** @default true */
+  /**
+   * The held state may contain items whose content the service cannot know (compacted or encrypted); sets `selection.opaque_or_multimodal`.
+   * @default true
+   */
   opaque?: boolean;
-  /** minimum 0, maximum 100000000 */
+  /**
+   * The provider's count of the state it holds: the tokens it adds to what this request sends. The budget's history term.
+   * minimum 0, maximum 100000000
+   */
   provider_counted_tokens: number;
 }
 
 /**
- * A provider's own content item, carried as given (`core/provider_messages.py`): the
- * renderer of `format` sends `item` back unchanged; another renderer refuses it by name.
- *
- * `text` is what the service counts for it (exact); without it the part counts as an image
- * or a file (`media`) or as its compact JSON, and makes the counts uncertain.
+ * A provider's own content item that the neutral shape has no words for (a thinking block,
+ * a server-tool result, ...), carried as given: the render of its `format` sends `item` back
+ * unchanged; another render refuses it, naming the frame message and part.
  */
 export interface NativePart {
+  /** The provider format the item comes from: the only render that sends it. */
   format: "openai-chat" | "anthropic" | "openai-responses";
+  /** The provider's content item, sent back unchanged. */
   item: Record<string, unknown>;
+  /** `image` or `file` when the item is one: counted with a conservative figure. An item with neither `text` nor `media` counts as its compact JSON. */
   media?: "image" | "file" | null;
+  /** The item's text, counted exactly; absent when it has none. */
   text?: string | null;
+  /** Always `native`. */
   type: "native";
 }
 
+/**
+ * One usage report, normalised to the same meaning across providers (`null`: the provider
+ * did not say).
+ */
 export interface Observation {
+  /** The part of the input written to the provider's cache. */
   cache_creation_input_tokens: number | null;
+  /** The part of the input read from the provider's cache. */
   cached_input_tokens: number | null;
+  /** The call it was for. */
   call: "main" | "wrap_up" | "repair";
+  /** The cached input tokens the preparation's cache plan expects for this call (`null` for a repair call). */
   expected_cached_tokens?: number | null;
+  /** `provider_input_tokens` minus the service's estimate. */
   input_token_delta: number | null;
+  /** When it was recorded (RFC 3339). */
   observed_at: string;
+  /** Generated tokens, reasoning included. */
   output_tokens: number | null;
+  /** The shape the report came in. */
   provider: "openai" | "anthropic" | "google" | "normalized";
+  /** Every input token the provider processed, cached or not. */
   provider_input_tokens: number | null;
+  /** The report's id. */
   report_id: string;
 }
 
-/** An image, file or provider-opaque item: carried through as given, counted conservatively. */
+/**
+ * An image, a file or another item the service cannot read: carried through as given, with
+ * any other fields it has, and counted with a conservative figure (it sets
+ * `selection.opaque_or_multimodal`).
+ */
 export interface OpaquePart {
+  /** `image`, `file` or `opaque`; the part's other fields are kept as given. */
   type: "image" | "file" | "opaque";
   [key: string]: unknown;
 }
 
-/**
- * `selection.output_limit`: the output limit a provider-shaped frame carries.
- *
- * `parameter` is the body's key (dotted when nested); `tokens` its value: the budget's
- * `response_reserve + reasoning_reserve_tokens`, or the model's maximum output when that is
- * smaller (`source`).
- */
+/** `selection.output_limit`: the output limit a provider-shaped frame carries. */
 export interface OutputLimit {
+  /** The body's parameter (dotted when nested): `max_completion_tokens`, `max_output_tokens`, `max_tokens` or `generationConfig.maxOutputTokens`. */
   parameter: string;
+  /** `reserve`: `response_reserve` plus `reasoning_reserve_tokens`. `model_maximum`: the model's maximum output, when the reserve is above it. */
   source: "reserve" | "model_maximum";
+  /** Its value. */
   tokens: number;
 }
 
+/**
+ * A plugin of the host: its instructions, and its legacy content view unless a source of
+ * this request (a contributor, an inline contribution or the whiteboard) replaces it.
+ */
 export interface Plugin {
+  /** The plugin's legacy content view, placed as it is (`legacy_data_tokens`) unless a source replaces it. */
   content?: string | null;
+  /** The plugin's instructions, in the leading system message under its name. */
   instructions?: string | null;
-  /** minLength 1, maxLength 256 */
+  /**
+   * The plugin's name; each source of the request names the plugin it replaces.
+   * minLength 1, maxLength 256
+   */
   name: string;
 }
 
-/** `GET /v1/preparations/{id}`: everything stored, never block bodies. */
+/**
+ * Everything stored about one preparation: never block texts, instructions, history or
+ * input (the record does not hold them).
+ */
 export interface PreparationView {
+  /** The estimate and the usage reports. */
   accounting: AccountingReport;
+  /** 1, or 2 after the refresh. */
   attempt: number;
+  /** The token budget, as prepare answered it. */
   budget: BudgetReport;
+  /** When the preparation expires (RFC 3339). */
   expires_at: string;
+  /** The fingerprint, as prepare answered it. */
   fingerprint: string;
+  /** The hash of the input messages. */
   input_hash: string;
+  /** The frame's layout. */
   layout: "legacy" | "stable-prefix";
+  /** The model the frame is for. */
   model: string;
+  /** The hash of the stable prefix. */
   prefix_hash: string;
+  /** The tokens of the stable prefix. */
   prefix_tokens: number;
+  /** The preparation's id. */
   preparation_id: string;
+  /** Whether the one refresh is used up. */
   refresh_used: boolean;
+  /** The frame's shape. */
   render: string;
+  /** The manifest, as prepare answered it. */
   selection: SelectionReport;
 }
 
 /**
- * The body of `POST /v1/prepare` and `POST /v1/budget`, and the CLI's input.
- *
- * Give exactly one of `model` (one model, as always) or `models` (1..8 distinct candidates
- * in preference order, managed routing; `routing` defaults to `{"policy": "first_fit"}` and
- * is refused without `models`). With `models` each candidate's capacity comes from the model
- * registry (else the fallback window), so `max_context_tokens` is refused as ambiguous: one
- * host figure cannot be every candidate's window (`max_context_source` is then unused, as it
- * is whenever `max_context_tokens` is absent). The response's `model` is the chosen
- * candidate and the preparation is bound to it.
- *
- * `history` is either the message list (as always) or a `NativeHistory` object when
- * the provider holds the conversation: the budget then takes `provider_counted_tokens` as the
- * history term, and the frame carries no history messages (the provider-held state sits right
- * after the leading instructions message; everything else is assembled fresh after it).
- *
- * `cache` (`CacheOptions`) opts in to provider cache directives and to `selection.cache`
- * (`core/cache.py`); without it the answer is what it is without the field.
+ * The body of `POST /v1/prepare`, `POST /v1/budget` and `POST /v1/preparations/{id}/refresh`:
+ * the model (or the candidates of routing), the budget, the host's own parts (`instructions`,
+ * `plugins`, `tools`, `history`, `input`) and the sources (`contributors`, `contributions`,
+ * `whiteboard`). Give exactly one of `model` and `models`.
  */
 export interface PrepareRequest {
+  /** The data limits, the layout and the contributors' deadline. */
   assembly?: AssemblyOptions | null;
+  /** Provider cache directives, and `selection.cache`: this turn explained against the previous one of the same scope. */
   cache?: CacheOptions | null;
+  /** Inline sources: blocks the host sends itself. */
   contributions?: Contribution[];
+  /** Webhook sources the service calls, in parallel under one deadline. */
   contributors?: ContributorRef[];
+  /** The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it. */
   history?: Message[] | NativeHistory;
+  /** This turn's messages (the shapes `history` takes), placed last. */
   input?: Message[];
-  /** @default "auto" */
+  /**
+   * How `history` and `input` are read: `auto`, each message in the format its shape shows; or one format for every message.
+   * @default "auto"
+   */
   input_format?: "auto" | "neutral" | "openai-chat" | "anthropic" | "openai-responses";
-  /** @default "" */
+  /**
+   * The host's instructions: the start of the leading system message.
+   * @default ""
+   */
   instructions?: string;
-  /** @default "host" */
+  /**
+   * Who gave `max_context_tokens`, reported as `budget.capacity_source`.
+   * @default "host"
+   */
   max_context_source?: "host" | "provider";
+  /** The model's context window as the host knows it. Absent: the model registry's, else 128,000. Not with `models`: each candidate's window is the registry's. */
   max_context_tokens?: number | null;
+  /** The model the frame is for: its tokenizer, window and framing come from the model registry (`GET /v1/models`). Exactly one of `model` and `models`. */
   model?: string | null;
+  /** Managed routing: distinct candidate models in order of preference; the answer's `model` is the first whose window fits (`selection.routing` says why). Exactly one of `model` and `models`. */
   models?: string[] | null;
+  /** The host's plugins; each source of the request replaces one's content view. */
   plugins?: Plugin[];
-  /** @default "neutral" */
+  /**
+   * The frame's shape: `neutral` (messages and tools) or a provider's request body (`openai-chat`, `openai-responses`, `anthropic`, `gemini`), sent as it is.
+   * @default "neutral"
+   */
   render?: "neutral" | "openai-chat" | "openai-responses" | "anthropic" | "gemini";
   /**
+   * Tokens kept free for the answer. A provider render carries it, plus `assembly.reasoning_reserve_tokens`, as the frame's output limit (at least 1).
    * minimum 0, maximum 100000000
    * @default 4096
    */
   response_reserve?: number;
+  /** The routing policy over `models` (only with `models`; default `{"policy": "first_fit"}`). */
   routing?: Routing | null;
+  /** Whom and what the call is for: sent to contributors, and the conversation that cache plans and the timeline follow. */
   scope?: Scope;
-  /** @default "UTC" */
+  /**
+   * The IANA time zone of the date and time line.
+   * @default "UTC"
+   */
   timezone?: string;
+  /** The tools sent with the frame. */
   tools?: Tool[];
+  /** Saved entries turned into the blocks of one source. */
   whiteboard?: Whiteboard | null;
 }
 
+/** The prepared model call: the frame to send, the budget, the manifest and the hashes. */
 export interface PrepareResponse {
   /**
+   * 1 for a prepare, 2 for the one refresh.
    * minimum 1, maximum 2
    * @default 1
    */
   attempt?: number;
+  /** The token budget. */
   budget: BudgetReport;
+  /** When the preparation expires (RFC 3339); later calls with its id are `404`. */
   expires_at: string;
+  /** `sha256:` of the model, tenant, scope, render and rendered request: a diagnostic, not a provider cache key. */
   fingerprint: string;
+  /** What to send: `{messages, tools}` for `neutral`, else the provider's request body, output limit included. */
   frame: Record<string, unknown>;
+  /** `sha256:` of the input messages. */
   input_hash: string;
+  /** The frame's layout. */
   layout: "legacy" | "stable-prefix";
+  /** The model the frame is for (with `models`: the chosen one). */
   model: string;
+  /** `sha256:` of the stable prefix: the model, the tools in frame order and the leading messages; validate recomputes it from the frame. */
   prefix_hash: string;
+  /** The tokens of the stable prefix. */
   prefix_tokens: number;
+  /** The preparation's id, for validate, refresh, repair, usage and the views. */
   preparation_id: string;
+  /** The frame's shape. */
   render: "neutral" | "openai-chat" | "openai-responses" | "anthropic" | "gemini";
+  /** The manifest: every decision, explained. */
   selection: SelectionReport;
 }
 
-/** An RFC 9457 problem; `code` is one of the service's error codes. */
+/**
+ * An RFC 9457 problem (`application/problem+json`), with the field or source it is about
+ * where there is one: `field`, `sources`, `block_ids`, `reasons`, `errors`, `candidates`.
+ */
 export interface Problem {
+  /** The error code (`CONTEXT_ASSEMBLY_INVALID`, `NOT_FOUND`, ...); the clients raise one error class per code. */
   code: string;
+  /** What went wrong with this request. */
   detail: string;
+  /** The path of the request. */
   instance?: string | null;
+  /** The HTTP status. */
   status: number;
+  /** A short summary of the kind of problem. */
   title: string;
+  /** `urn:context-assembly:problem:` and the code in lower case with hyphens: a name for the kind of problem, not an address to fetch. */
   type: string;
   [key: string]: unknown;
 }
 
+/** The configuration file was reloaded. */
 export interface ReloadAnswer {
+  /** Always empty. */
   errors: Record<string, string>[];
+  /** Always `true` (a refused reload is `422`). */
   reloaded: boolean;
 }
 
+/** A structured-output repair call after the model answered; no contributor is called. */
 export interface RepairRequest {
+  /** The model's answer, to be given again as JSON. */
   answer: string;
+  /** The neutral frame that was dispatched. */
   frame: Frame;
-  /** @default "" */
+  /**
+   * The request's `instructions` (a changed one is `instructions_changed`).
+   * @default ""
+   */
   instructions?: string;
-  /** minLength 1 */
+  /**
+   * The model the frame is for: the preparation's (with `models`, the chosen one).
+   * minLength 1
+   */
   model: string;
+  /** A JSON schema the answer must match; the repair request names it. */
   schema?: Record<string, unknown> | null;
+  /** The request's `scope` (a changed one is `scope_changed`). */
   scope?: Scope;
 }
 
+/**
+ * The repair call's frame: the dispatched frame, the answer and a user message asking for
+ * the answer as JSON.
+ */
 export interface RepairResponse {
+  /** The frame's input tokens, as counted. */
   estimated_input_tokens: number;
+  /** What to send, in the preparation's render. */
   frame: Record<string, unknown>;
+  /** The preparation repaired. */
   preparation_id: string;
 }
 
-/**
- * Managed routing over `models`: `first_fit` takes the first candidate, in the request's
- * preference order, whose window fits the fixed content, the protected closure and the reserves.
- */
+/** Managed routing over `models`. */
 export interface Routing {
-  /** @default "first_fit" */
+  /**
+   * `first_fit`: the first candidate, in the order of `models`, whose window holds the fixed content, the reserves and the protected blocks.
+   * @default "first_fit"
+   */
   policy?: "first_fit";
 }
 
-/**
- * One candidate model that routing tried, and why it was or was not chosen.
- *
- * `needed_tokens` is what the request needs before any selection: fixed content + reserves +
- * the protected closure, counted with this candidate's tokenizer and framing;
- * `shortfall_tokens` is how much of it the window lacks (0 when it fits). `reason`:
- * `fits` (chosen), `window` (does not fit), `fits_after_compaction` (chosen only after
- * the request's `history_policy` dropped history, no candidate fitting without).
- */
+/** One candidate model that routing tried, and why it was or was not chosen. */
 export interface RoutingCandidate {
+  /** Its context window, in tokens. */
   capacity: number;
+  /** Where the window comes from: `host` or `provider` (the request's `max_context_tokens`), `registry` (the model registry) or `fallback` (128,000). */
   capacity_source: "host" | "provider" | "registry" | "fallback";
+  /** Whether its window holds `needed_tokens`. */
   fits: boolean;
+  /** The candidate model. */
   model: string;
+  /** What the request needs before any selection: the fixed content, the reserves and the protected blocks with their dependencies, counted for this candidate. */
   needed_tokens: number;
+  /** `fits`: chosen. `window`: does not fit. `fits_after_compaction`: chosen after `history_policy` dropped history, when no candidate fitted without. */
   reason: "fits" | "window" | "fits_after_compaction";
+  /** How much of it the window lacks (0 when it fits). */
   shortfall_tokens: number;
+  /** The tokenizer its counts use. */
   tokenizer: "o200k_base" | "cl100k_base" | "estimate";
 }
 
-/**
- * How managed routing chose the model (only for requests that give `models`).
- *
- * `candidates` lists every candidate tried, in preference order (`first_fit` stops at the
- * first that fits). `pinned` is true on a refresh: it stays on the routed model.
- */
+/** How managed routing chose the model (only for a request with `models`). */
 export interface RoutingReport {
+  /** Every candidate tried, in order of preference (`first_fit` stops at the first that fits). */
   candidates: RoutingCandidate[];
+  /** The model chosen: the answer's `model`. */
   chosen: string;
-  /** @default false */
+  /**
+   * True on a refresh, which stays on the routed model.
+   * @default false
+   */
   pinned?: boolean;
+  /** The routing policy. */
   policy: "first_fit";
 }
 
+/**
+ * Whom and what the call is for. Contributors receive it; validate, refresh and repair refuse
+ * a changed one (`scope_changed`); the turns of one tenant and scope form a conversation (cache
+ * plans, the timeline).
+ */
 export interface Scope {
+  /** The account the call is for. */
   account_id?: string | null;
+  /** Per connector, the account the call uses there. */
   connector_accounts?: Record<string, string>;
+  /** The principal's identities. */
   identities?: string[];
+  /** Who the agent acts for (a user or a service). */
   principal?: string | null;
+  /** The principal's roles. */
   roles?: string[];
+  /** The task the call belongs to. */
   task_id?: string | null;
 }
 
+/** The manifest: one report per block and per source, and how the counts were made. */
 export interface SelectionReport {
+  /** Every block's decision, in rank order. */
   blocks: BlockReport[];
+  /** The cache plan and the comparison with the previous turn (only with `cache`). */
   cache?: CacheReport | null;
+  /** Whether the counts are exact: the tokenizer is the model's own (and the history is not held by the provider). */
   exact: boolean;
+  /** The frame's layout. */
   layout: "legacy" | "stable-prefix";
+  /** The request's `assembly.max_data_tokens`. */
   max_data_tokens: number;
-  /** @default false */
+  /**
+   * True when the provider holds the history (absent otherwise).
+   * @default false
+   */
   native_history?: boolean;
+  /** Whether the frame holds parts counted conservatively (images, files, opaque or provider-held items). */
   opaque_or_multimodal: boolean;
+  /** The output limit a provider-shaped frame carries (absent for `neutral`). */
   output_limit?: OutputLimit | null;
+  /** The reasoning reserve. */
   reasoning_reserve_tokens: number;
+  /** How routing chose the model (only with `models`). */
   routing?: RoutingReport | null;
+  /** The data message as sent, in tokens (its envelope included). */
   selected_data_tokens: number;
+  /** Every source of the request. */
   sources: SourceReport[];
+  /** The tokenizer the counts use. */
   tokenizer: "o200k_base" | "cl100k_base" | "estimate";
+  /** What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry. */
+  warnings?: ManifestWarning[];
 }
 
+/** A cache marker the plan left out, and why. */
 export interface SkippedBreakpoint {
+  /** Where the marker would have gone. */
   after: "tools" | "instructions" | "history";
+  /** `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes. */
   reason: "below_minimum" | "unstable_in_layout" | "limit";
 }
 
+/** One source of the request and how it answered. */
 export interface SourceReport {
+  /** How many blocks it gave. */
   block_count: number;
+  /** How long the source took, in milliseconds. */
   duration_ms: number;
+  /** `webhook` (a contributor), `inline` (a contribution) or `whiteboard`. */
   kind: "webhook" | "inline" | "whiteboard";
+  /** The source: the plugin it replaces. */
   source: string;
+  /** `ok` (a contributor answered), `inline`; or a failure left out under `omit`: `timeout`, `error`, `invalid`, `too_large`, `skipped_deadline`, `rejected`. */
   status: "ok" | "inline" | "timeout" | "error" | "invalid" | "too_large" | "skipped_deadline" | "rejected";
 }
 
+/** A text part of a message's content. */
 export interface TextPart {
+  /** The text. */
   text: string;
+  /** Always `text`. */
   type: "text";
 }
 
 /**
- * `GET /v1/preparations/{id}/timeline`: the preparation and those before it in the same
- * scope, oldest first (at most 50, the newest).
+ * `GET /v1/preparations/{id}/timeline`: a page of the preparation's conversation, the
+ * preparation and the turns before it in its scope, oldest first (50 at most: the newest,
+ * or those before the turn `before` names).
  */
 export interface Timeline {
+  /** The before value of the page of older turns (the oldest turn shown here); null when no older turn is live. */
+  older_before: number | null;
+  /** The preparation whose conversation is shown. */
   preparation_id: string;
+  /** The turns of this page, oldest first. */
   turns: TimelineTurn[];
 }
 
 /**
- * One preparation of a timeline: its figures and how its prefix compared with the one
- * before (`prefix_kept`/`first_change` as in `selection.cache`).
+ * One preparation of a timeline: its figures, how its prefix compared with the one before
+ * (`prefix_kept`/`first_change` as in `selection.cache`) and why the cached tokens are
+ * what they are.
  */
 export interface TimelineTurn {
+  /** How long the provider keeps a cached prefix after its last use, for this turn's render target and cache options (null: no cache the service models). */
+  cache_lifetime_seconds: number | null;
+  /** Tokens of this turn's prefix a provider can cache (selection.cache). */
   cacheable_tokens: number | null;
+  /** The cached input tokens the provider reported for the main call (null: no usage report). */
   cached_input_tokens: number | null;
+  /** When the turn was prepared (RFC 3339, UTC). */
   created_at: string | null;
+  /** The cached input tokens this turn's call can be expected to report. */
   expected_cached_tokens: number | null;
-  first_change: FirstChange | null;
+  /** Why expected_cached_tokens is what it is: first_turn, previous_unknown (the previous preparation is unknown or expired), prefix_changed, no_provider_cache (the render target has none the service models), expired (the previous turn is older than the provider keeps a prefix), nothing_cacheable (this turn's prefix is below the model's minimum, or no marker was asked for), previous_nothing_cacheable (the previous turn cached nothing), or cached. Null for a record made before it was kept. */
+  expected_reason: "first_turn" | "previous_unknown" | "prefix_changed" | "no_provider_cache" | "expired" | "nothing_cacheable" | "previous_nothing_cacheable" | "cached" | null;
+  /** The first part of the prefix that changed, by name (null when kept). */
+  first_change: NamedChange | null;
+  /** The layout of the frame. */
   layout: string;
+  /** A turn that read less from the cache than it could have: prefix_changed (the prefix differs from the previous turn's), expired (the previous turn is older than the provider's cache lifetime) or provider (the provider reported fewer cached tokens than expected). Null otherwise. */
+  miss: "prefix_changed" | "expired" | "provider" | null;
+  /** The model assembled for (the routed one). */
   model: string;
+  /** Whether the previous turn's prefix starts this one (null: nothing to compare with). */
   prefix_kept: boolean | null;
+  /** The preparation of this turn. */
   preparation_id: string;
+  /** The preparation this turn was compared with (null: a first turn). */
   previous_preparation_id: string | null;
+  /** The render target of the frame. */
   render: string;
+  /** Seconds between the previous turn and this one (null: no previous turn). */
+  seconds_since_previous: number | null;
+  /** The frame's estimated input tokens. */
   total_input_tokens: number;
+  /** The turn's number in its conversation: 1 when compared with nothing, the previous turn's plus one otherwise (a refresh keeps its turn's). Null for a record made before numbers were kept. */
+  turn: number | null;
 }
 
-/**
- * A tool definition. `strict: true` asks the provider to hold the model's arguments to the
- * schema (OpenAI and Anthropic); the schema must then be strict-compatible
- * (`core/strict_schema.py`). Left out of dumps when false, so that the counts and hashes of a
- * tool without it stay as they were.
- */
+/** A tool definition, sent with the frame in the provider's own form. */
 export interface Tool {
-  /** @default "" */
+  /**
+   * What the tool does, for the model.
+   * @default ""
+   */
   description?: string;
-  /** minLength 1, maxLength 256 */
+  /**
+   * The tool's name.
+   * minLength 1, maxLength 256
+   */
   name: string;
+  /** The JSON schema of the tool's arguments. */
   parameters?: Record<string, unknown>;
-  /** @default false */
+  /**
+   * Ask the provider to hold the model's arguments to `parameters` (OpenAI Chat `function.strict`, Anthropic `strict`; the Responses render always sends `strict`; Gemini has no such flag). The schema must then be strict-compatible: the root is an object schema, and every object sets `additionalProperties: false` and lists all its `properties` in `required`.
+   * @default false
+   */
   strict?: boolean;
 }
 
+/** A tool call of an assistant message. */
 export interface ToolCall {
-  /** @default "" */
+  /**
+   * The arguments: the JSON text the model wrote, or an object.
+   * @default ""
+   */
   arguments?: string | Record<string, unknown>;
+  /** The call's id; the `tool` message that answers it names it. */
   id: string;
+  /** The name of the tool called. */
   name: string;
+  /** The call's fields of the provider's shape that the neutral one has no place for, under the format's name; sent back by that format's render only. */
   provider_fields?: Record<string, Record<string, unknown>> | null;
 }
 
+/** The provider's usage object for a call made with this preparation. */
 export interface UsageRequest {
-  /** @default "main" */
+  /**
+   * `main`: the call with the frame; `wrap_up`: a follow-up call with it; `repair`: the repair frame's call.
+   * @default "main"
+   */
   call?: "main" | "wrap_up" | "repair";
+  /** The shape of `usage`: `openai` (Chat or Responses), `anthropic`, `google`, or `normalized` (the four fields of an observation, by name). */
   provider: "openai" | "anthropic" | "google" | "normalized";
-  /** minLength 1, maxLength 256 */
+  /**
+   * Your id of the report (the provider's response id serves); the same id twice changes nothing.
+   * minLength 1, maxLength 256
+   */
   report_id: string;
+  /** The provider's usage object, exactly as received. */
   usage: Record<string, unknown>;
 }
 
+/** The preparation's accounting after the report. */
 export interface UsageResponse {
+  /** Its accounting. */
   accounting: AccountingReport;
+  /** The preparation reported on. */
   preparation_id: string;
 }
 
+/** The final check right before dispatch, with what is about to be sent. */
 export interface ValidateRequest {
+  /** The neutral frame about to be sent; its prefix and input must be the preparation's (`prefix_changed`, `input_changed`). */
   frame: Frame;
-  /** minLength 1 */
+  /**
+   * The model the frame is for: the preparation's (with `models`, the chosen one).
+   * minLength 1
+   */
   model: string;
+  /** The request's `scope` (a changed one is `scope_changed`). */
   scope?: Scope;
 }
 
+/** The preparation still holds: send the frame. */
 export interface ValidateResponse {
+  /** When it was checked (RFC 3339). */
   checked_at: string;
+  /** The preparation checked. */
   preparation_id: string;
-  /** @default true */
+  /**
+   * Always `true` (a stale one is `409`).
+   * @default true
+   */
   valid?: true;
 }
 
+/** Entries the host keeps (a memory, a scratchpad), turned into the blocks of one source. */
 export interface Whiteboard {
+  /** The entries. */
   entries?: WhiteboardEntry[];
+  /** A tool the model can call to read an entry that is not shown; the plugin's note names it. */
   recovery_tool?: string | null;
-  /** minLength 1 */
+  /**
+   * The plugin whose content view the entries replace.
+   * minLength 1
+   */
   source: string;
 }
 
+/**
+ * One saved entry: a block whose text is the description, a newline and the value, and whose
+ * projection is the description.
+ */
 export interface WhiteboardEntry {
-  /** @default "" */
+  /**
+   * What the entry holds: the first line of its text, and its projection.
+   * @default ""
+   */
   description?: string;
+  /** The entry's key: its block id. */
   key: string;
-  /** @default "normal" */
+  /**
+   * `low`, `normal` or `high` rank the entry among optional blocks; a `critical` entry is protected.
+   * @default "normal"
+   */
   priority?: "low" | "normal" | "high" | "critical";
+  /** Any JSON: a string as it is, anything else as compact JSON. */
   value?: unknown;
 }

@@ -12,6 +12,7 @@ import {
   AssemblyOverflowError,
   AssemblyTimeoutError,
   AuthenticationError,
+  BadRequestError,
   ContextAssemblyClient,
   ContextOverflowError,
   ContributorFailedError,
@@ -70,6 +71,7 @@ describe("errors from problem+json", () => {
     [422, "CONTRIBUTOR_URL_REJECTED", ContributorUrlRejectedError],
     [401, "UNAUTHENTICATED", AuthenticationError],
     [404, "NOT_FOUND", NotFoundError],
+    [400, "BAD_REQUEST", BadRequestError],
     [413, "PAYLOAD_TOO_LARGE", PayloadTooLargeError],
     [503, "STORE_UNAVAILABLE", StoreUnavailableError],
   ];
@@ -108,6 +110,7 @@ describe("errors from problem+json", () => {
   });
 
   test("without a known code the status decides", () => {
+    assert.ok(makeStatusError(400, {}) instanceof BadRequestError);
     assert.ok(makeStatusError(401, {}) instanceof AuthenticationError);
     assert.ok(makeStatusError(404, {}) instanceof NotFoundError);
     assert.ok(makeStatusError(413, {}) instanceof PayloadTooLargeError);

@@ -15,18 +15,17 @@ import structlog
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from context_assembly import __version__
+from context_assembly import __version__, tracing
 from context_assembly.api.auth import Authenticator
 from context_assembly.api.bodies import body_schemas
 from context_assembly.api.docs_ui import install_docs_ui
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
-from context_assembly.api.reload import reload_settings
+from context_assembly.api.reload import file_tables, reload_settings
 from context_assembly.api.routes import BODY_MODELS, get_tenant, ops, v1
 from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient, create_client
 from context_assembly.contributors.ssrf import Resolver
-from context_assembly.core.memo import AssemblyMemo
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.metrics import Metrics
 from context_assembly.preparations import Clock, Preparations
@@ -70,17 +69,14 @@ def create_app(
     resolver: Resolver | None = None,
     clock: Clock | None = None,
     config_path: str | None = None,
-    memo: AssemblyMemo | None = None,
 ) -> FastAPI:
     """Build the app. Injected ``store``/``client`` are used as given and not closed by the app.
 
     With ``config_path`` (the TOML file the settings came from), ``SIGHUP`` and the admin call
-    reload that file (``api/reload.py``). ``memo`` is the assembly memo the app's preparations
-    share (``core/memo.py``; by default a new one of the default size).
+    reload that file (``api/reload.py``).
     """
     metrics = Metrics()
     registry = ModelRegistry.load()
-    the_memo = memo if memo is not None else AssemblyMemo()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -91,6 +87,7 @@ def create_app(
             path=settings.store.path,
             redis_url=settings.store.redis_url,
             key_prefix=settings.store.key_prefix,
+            sqlite_synchronous=settings.store.sqlite_synchronous,
         )
         the_client = client or create_client(
             max_connections=settings.limits.max_contributor_connections
@@ -110,14 +107,22 @@ def create_app(
             registry,
             resolver=resolver,
             clock=clock,
-            memo=the_memo,
             cache_key_secret=key_secret,
         )
         loop = asyncio.get_running_loop()
         if config_path is not None and threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)
         purge = asyncio.create_task(_purge_expired(the_store, clock or Clock()))
-        log.info("started", store=settings.store.backend, version=__version__)
+        log.info(
+            "started",
+            version=__version__,
+            host=settings.server.host,
+            port=settings.server.port,
+            workers=settings.server.workers,
+            store=settings.store.backend,
+            auth=settings.auth.mode,
+            contributors=len(settings.contributors),
+        )
         try:
             yield
         finally:
@@ -126,10 +131,12 @@ def create_app(
                 await purge
             if config_path is not None and threading.current_thread() is threading.main_thread():
                 loop.remove_signal_handler(signal.SIGHUP)
+            await app.state.preparations.aclose()  # MCP sessions, before their client closes
             if own_client:
                 await the_client.aclose()
             if own_store:
                 await the_store.aclose()
+            await tracing.flush()  # spans still in a batch: no exit hook runs after a signal
             log.info("stopped")
 
     app = FastAPI(
@@ -138,10 +145,8 @@ def create_app(
         summary="Which source data enters each model call, under a token budget, explained.",
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
-        # FastAPI's built-in OpenTelemetry is off: with no provider configured it still asked
-        # the OpenTelemetry API on every request whether one is (~60 µs of a ~1 ms prepare).
-        # The service's observability is its Prometheus metrics and JSON logs (README).
-        telemetry={"tracing": False, "metrics": False, "logs": False},
+        # FastAPI's built-in OpenTelemetry: server spans when tracing is configured, else off.
+        telemetry=tracing.fastapi_telemetry(),
         # A path with a trailing slash is unknown (404 problem+json), not a 307 with an empty
         # body to a Location built from the Host header: a client that does not follow a POST's
         # redirect would get an answer that is not problem+json.
@@ -149,12 +154,14 @@ def create_app(
         # /docs and /redoc serve their assets from the service itself (api/docs_ui.py).
         docs_url=None,
         redoc_url=None,
+        openapi_tags=OPENAPI_TAGS,
     )
     app.state.auth = Authenticator(settings.auth)
     app.state.metrics = metrics
     app.state.registry = registry
     app.state.settings = settings
     app.state.config_path = config_path
+    app.state.config_tables = file_tables(config_path)
     install_problem_handlers(app)
     app.include_router(v1)
     app.include_router(ops)
@@ -164,6 +171,36 @@ def create_app(
     _complete_openapi(app)
     return app
 
+
+# The groups of the routes in /docs and /redoc, in this order (each route names its tag).
+OPENAPI_TAGS: list[dict[str, Any]] = [
+    {
+        "name": "Prepare",
+        "description": "Prepare a model call: the service calls the contributors, selects the "
+        "blocks that fit the token budget, lays the frame out and explains every decision. "
+        "Budget does the same with what is already at hand, calling no one.",
+    },
+    {
+        "name": "Lifecycle",
+        "description": "Before and after the model call: validate right before dispatch, "
+        "refresh after the host's hooks edited the turn, repair an answer into JSON, report the "
+        "provider's usage.",
+    },
+    {
+        "name": "Views",
+        "description": "What was decided, for programs and people: the stored record, the "
+        "breakdown page and the timeline of a conversation. Never block texts.",
+    },
+    {
+        "name": "Models",
+        "description": "The model registry: windows, output limits, tokenizers and cacheable "
+        "prefixes.",
+    },
+    {
+        "name": "Operations",
+        "description": "Liveness, readiness, Prometheus metrics and the configuration reload.",
+    },
+]
 
 SECURITY_SCHEMES: dict[str, Any] = {
     "ApiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
@@ -186,7 +223,11 @@ def _complete_openapi(app: FastAPI) -> None:
     of our own, not one of FastAPI's security classes, which would run on the hot routes), the
     schemas of the request bodies (read by ``api/bodies.py``, not by FastAPI), that every error
     is ``application/problem+json`` (also a 422 FastAPI would describe as its
-    ``HTTPValidationError``, which the service never sends), and the request id header."""
+    ``HTTPValidationError``, which the service never sends), and the request id header.
+
+    The keys are required when ``[auth] mode`` is ``api_key``; with ``none`` they are optional
+    (``{}`` is an alternative: no lock), so the document is built per mode in force, which a
+    reload may change."""
     generate = app.openapi
     keyed = {
         route.path_format
@@ -194,10 +235,16 @@ def _complete_openapi(app: FastAPI) -> None:
         if isinstance(route, APIRoute)
         and any(dep.call is get_tenant for dep in route.dependant.dependencies)
     }
+    documents: dict[str, dict[str, Any]] = {}
 
     def document() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
+        auth: Authenticator = app.state.auth
+        if auth.mode in documents:
+            return documents[auth.mode]
+        keys: list[dict[str, list[str]]] = [{"ApiKey": []}, {"Bearer": []}]
+        if auth.mode == "none":
+            keys.append({})  # no key needed: any tenant is `default`
+        app.openapi_schema = None  # FastAPI's cache: this mode's document is built afresh
         doc = generate()
         components = doc.setdefault("components", {})
         components["securitySchemes"] = SECURITY_SCHEMES
@@ -210,7 +257,7 @@ def _complete_openapi(app: FastAPI) -> None:
         for path, operations in doc.get("paths", {}).items():
             for operation in operations.values():
                 if path in keyed:
-                    operation["security"] = [{"ApiKey": []}, {"Bearer": []}]
+                    operation["security"] = keys
                 elif path == "/v1/admin/reload":
                     operation["security"] = [{"AdminKey": []}]
                 operation.setdefault("parameters", []).append(_REQUEST_ID)
@@ -218,6 +265,7 @@ def _complete_openapi(app: FastAPI) -> None:
                     if status.isdigit() and int(status) >= 400:
                         response["content"] = {PROBLEM_JSON: _PROBLEM}
         app.openapi_schema = doc
+        documents[auth.mode] = doc
         return doc
 
     app.openapi = document  # type: ignore[method-assign]

@@ -1,44 +1,87 @@
-"""The human view of one preparation: the window as a stacked bar, decisions with reasons and
-dependencies, accounting.
+"""The human view of one preparation: the window as a stacked bar and a table whose parts add up
+to the capacity, the cache plan and how the turn fared against the previous one, decisions with
+reasons and dependencies, sources, hashes and accounting.
 
-HTML for browsers (``Accept: text/html``), plain text otherwise. It shows ids, statuses, reasons
-and token counts only: the stored record has no block bodies to show.
+HTML for browsers (``Accept: text/html``), plain text otherwise. It shows ids, names, statuses,
+reasons and token counts only: the stored record has no block bodies, instructions or history
+to show.
+
+Totals, as the page states them: the parts of the window (input terms, data, unused, reserves)
+add up to the capacity; ``remaining`` is the one figure left for data after the other input
+terms and the reserves, and it is the data plus the unused part; the data message is counted
+whole, so it is its entered blocks (counted one by one) plus the message's framing and source
+headers.
 """
 
 from __future__ import annotations
 
-from html import escape
+import textwrap
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
 
+from context_assembly.api.pages import cell, count, duration, e, page, shown
+from context_assembly.api.turn_words import (
+    MISS_WORDS,
+    change_words,
+    expected_words,
+    reported_words,
+)
+from context_assembly.core.result import BudgetReport, CacheReport
 from context_assembly.lifecycle import PreparationView
+from context_assembly.preparations.operations import Breakdown
 
-# The parts of the model's window in frame order, each with the answer's field, its short mark
-# in the text view and its colour in the HTML view. They add up to the capacity together with
-# the free window (what the data could still have used) that follows them.
-_TERMS = (
-    ("instructions", "instructions_tokens", "I", "#4a7bd0"),
-    ("legacy data + date", "legacy_data_tokens", "L", "#8250df"),
-    ("tools", "tools_tokens", "T", "#bf3989"),
-    ("history", "history_tokens", "H", "#0a7ea4"),
-    ("input", "input_tokens", "U", "#1a7f37"),
-    ("selected data", "data_tokens", "D", "#d4a72c"),
-)
-_FREE = ("free window", "F", "#e6e6e6")
-_RESERVES = (
-    ("response reserve", "response_reserve", "R", "#9a6700"),
-    ("reasoning reserve", "reasoning_reserve_tokens", "Q", "#cf222e"),
-)
+__all__ = ["count", "render_html", "render_text", "shown"]
 
 
-def _window(view: PreparationView) -> list[tuple[str, int, str, str]]:
-    """The window as ``(label, tokens, mark, colour)`` parts in frame order: the input terms,
-    the free window, the reserves. The free window is what is left of the remaining tokens
-    after the selected data; with it the parts add up to the capacity."""
-    budget = view.budget.model_dump()
-    parts = [(label, int(budget[key]), mark, colour) for label, key, mark, colour in _TERMS]
-    free = max(0, view.budget.remaining_tokens - view.budget.data_tokens)
-    parts.append((_FREE[0], free, _FREE[1], _FREE[2]))
-    parts += [(label, int(budget[key]), mark, colour) for label, key, mark, colour in _RESERVES]
-    return parts
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A part of the window: its label, tokens, mark in the text view and colour in HTML."""
+
+    label: str
+    tokens: int
+    mark: str
+    colour: str
+
+
+_SKIP_WORDS: Final = {
+    "below_minimum": "the tokens up to it are below the model's minimum cacheable length",
+    "unstable_in_layout": "in the legacy layout that part changes every turn",
+    "limit": "the provider accepts at most 4 markers",
+}
+_OPENAI: Final = ("openai-chat", "openai-responses")
+
+
+def _per_turn_label(legacy_views: list[str] | None) -> str:
+    """The date line's part, named by what it holds: legacy views only when there are some."""
+    if legacy_views is None:  # a record made before the views were kept
+        return "date line + legacy views"
+    if not legacy_views:
+        return "date line"
+    return f"date line + legacy views ({', '.join(shown(v) for v in legacy_views)})"
+
+
+def parts(budget: BudgetReport, legacy_views: list[str] | None) -> list[Part]:
+    """The window in frame order, parts of 0 tokens left out: the input terms, the data, the
+    unused rest of the remaining tokens, the reserves. They add up to the capacity."""
+    b = budget
+    found = [
+        Part("instructions", b.instructions_tokens, "I", "#4a7bd0"),
+        Part(_per_turn_label(legacy_views), b.legacy_data_tokens, "L", "#8250df"),
+        Part("tools", b.tools_tokens, "T", "#bf3989"),
+        Part("history", b.history_tokens, "H", "#0a7ea4"),
+        Part("input", b.input_tokens, "U", "#1a7f37"),
+        Part("data", b.data_tokens, "D", "#d4a72c"),
+        Part("unused", unused(b), "F", "#e6e6e6"),
+        Part("response reserve", b.response_reserve, "R", "#9a6700"),
+        Part("reasoning reserve", b.reasoning_reserve_tokens, "Q", "#cf222e"),
+    ]
+    return [part for part in found if part.tokens > 0]
+
+
+def unused(budget: BudgetReport) -> int:
+    """What the data left of the remaining tokens."""
+    return max(0, budget.remaining_tokens - budget.data_tokens)
 
 
 def _spread(tokens: list[int], width: int) -> list[int]:
@@ -64,6 +107,50 @@ def _share(tokens: int, capacity: int) -> str:
     return f"{share:.2f}%" if 0 < share < 1 else f"{share:.1f}%"
 
 
+def entered_tokens(view: PreparationView) -> int:
+    """The tokens of the blocks that entered the data message (selected or projected), each
+    counted alone."""
+    return sum(b.tokens for b in view.selection.blocks if b.status != "omitted")
+
+
+def _entered_count(view: PreparationView) -> int:
+    return sum(1 for b in view.selection.blocks if b.status != "omitted")
+
+
+def remaining_words(view: PreparationView) -> str:
+    """The one remaining figure, explained."""
+    b = view.budget
+    return (
+        f"remaining {b.remaining_tokens} = data {b.data_tokens} + unused {unused(b)}: what the "
+        "reserves and the other input terms leave of the window."
+    )
+
+
+def data_words(view: PreparationView) -> str:
+    """The data message against its limit and its blocks."""
+    b = view.budget
+    limit = (
+        f"at most {b.data_limit_tokens}: max_data_tokens {view.selection.max_data_tokens}, "
+        "or the remaining tokens when fewer"
+    )
+    entered = entered_tokens(view)
+    blocks = _entered_count(view)
+    if blocks == 0:
+        return f"data 0 ({limit}): no block entered the prompt."
+    noun = "block" if blocks == 1 else "blocks"
+    rest = b.data_tokens - entered
+    if rest >= 0:
+        return (
+            f"data {b.data_tokens} ({limit}) = {entered} in the {blocks} entered {noun} + {rest} "
+            "of message framing and source headers (the message is counted whole, each block "
+            "alone)."
+        )
+    return (
+        f"data {b.data_tokens} ({limit}) = {entered} in the {blocks} entered {noun} - {-rest}: "
+        "the message counted whole takes fewer tokens than its blocks counted one by one."
+    )
+
+
 def _uncertainty(view: PreparationView) -> list[str]:
     notes = []
     if not view.selection.exact:
@@ -79,6 +166,11 @@ def _uncertainty(view: PreparationView) -> list[str]:
             f"The history is held by the provider: its {view.budget.provider_counted_tokens} "
             "tokens are the provider's count, not this service's."
         )
+    if view.budget.history_dropped_messages:
+        notes.append(
+            f"The {view.budget.history_dropped_messages} oldest history messages were dropped "
+            "to fit the window (history_policy)."
+        )
     routing = view.selection.routing
     if routing is not None:
         tried = "; ".join(
@@ -90,40 +182,161 @@ def _uncertainty(view: PreparationView) -> list[str]:
     return notes
 
 
-def shown(text: str) -> str:
-    """``text`` with every character ``str.isprintable`` refuses (controls, format characters
-    such as bidi overrides, line and paragraph separators) written as its escape, ``\\n`` or
-    ``\\u202e``: a source or block id is the caller's to choose, and must not start a line of
-    its own, move the terminal's cursor or reorder what is shown around it."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+# --------------------------------------------------------------------------- cache
 
 
-def count(value: int | None) -> str:
-    """A count, or "-" when the provider did not report it (never Python's "None")."""
-    return "-" if value is None else str(value)
+def _nothing_cacheable(data: Breakdown) -> str:
+    """Why this turn's prefix could not be cached, from its plan, render and layout."""
+    view = data.view
+    plan = view.selection.cache
+    minimum = data.min_cacheable_tokens
+    prefix = f"the stable prefix ({view.prefix_tokens} tokens)"
+    if minimum is None:
+        return f"the provider caches nothing for model {shown(view.model)} (no minimum known)"
+    if view.render in _OPENAI:
+        if view.layout == "legacy":
+            return "in the legacy layout the leading message changes every turn"
+        return f"{prefix} is below the model's minimum cacheable length ({minimum})"
+    if plan is None or (not plan.breakpoints and not plan.skipped):
+        return (
+            "no cache marker was asked for (the request's cache object with breakpoints: true "
+            "adds them)"
+        )
+    if plan.skipped and all(s.reason == "unstable_in_layout" for s in plan.skipped):
+        return "in the legacy layout only the tools marker can be stable, and there are no tools"
+    return f"{prefix} is below the model's minimum cacheable length ({minimum})"
 
 
-def render_text(view: PreparationView) -> str:
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One line of the cache section: a name and what to say (plain text, or list items);
+    ``link``: the preparation whose id opens ``text``, linked to its breakdown in HTML."""
+
+    name: str
+    text: str
+    items: tuple[str, ...] = ()
+    link: str | None = None
+
+
+def _plan_facts(view: PreparationView, plan: CacheReport | None) -> list[Fact]:
+    render = shown(view.render)
+    if plan is None:
+        what = "none: the request has no cache object, so no directive was added"
+        if view.render in _OPENAI:
+            what += " (OpenAI caches a long enough prefix by itself)"
+        return [Fact("plan", f"render {render}; {what}")]
+    facts = [Fact("plan", f"render {render}")]
+    if plan.breakpoints:
+        facts.append(
+            Fact(
+                "breakpoints",
+                "",
+                tuple(
+                    f"after {b.after}"
+                    + ("" if b.message is None else f" (ends frame message {b.message})")
+                    + f": {b.tokens} tokens up to it, ttl {b.ttl}"
+                    for b in plan.breakpoints
+                ),
+            )
+        )
+    if plan.skipped:
+        facts.append(
+            Fact(
+                "skipped",
+                "",
+                tuple(f"after {s.after}: {_SKIP_WORDS[s.reason]}" for s in plan.skipped),
+            )
+        )
+    if plan.prompt_cache_key is not None or plan.prompt_cache_retention is not None:
+        key = "-" if plan.prompt_cache_key is None else shown(plan.prompt_cache_key)
+        retention = plan.prompt_cache_retention or "default"
+        facts.append(Fact("OpenAI key", f"prompt_cache_key {key}, retention {retention}"))
+    if not plan.breakpoints and not plan.skipped and view.render not in _OPENAI:
+        if view.render in ("anthropic", "neutral"):
+            facts.append(Fact("breakpoints", "none asked for (cache.breakpoints is false)"))
+        else:
+            facts.append(Fact("breakpoints", f"none: render {render} takes no cache directive"))
+    return facts
+
+
+def cache_facts(data: Breakdown) -> list[Fact]:
+    """The cache section: the plan, the previous turn, the first change by name, the expected
+    and the reported cached tokens with their causes."""
+    view, turn = data.view, data.turn
+    facts = _plan_facts(view, view.selection.cache)
+    minimum = data.min_cacheable_tokens
+    cacheable = count(turn.cacheable_tokens)
+    if minimum is not None:
+        cacheable += f" of the {view.prefix_tokens}-token stable prefix (model minimum {minimum})"
+    facts.append(Fact("cacheable", cacheable))
+    previous = turn.previous_preparation_id
+    if previous is None:
+        facts.append(Fact("previous turn", "none: the first turn of its conversation"))
+    else:
+        kept = {
+            True: "prefix kept",
+            False: "prefix not kept",
+            None: "not found (unknown or expired)",
+        }
+        said = f"{shown(previous)}: {kept[turn.prefix_kept]}"
+        facts.append(Fact("previous turn", said, link=previous))
+    if turn.first_change is not None:
+        facts.append(Fact("first change", change_words(turn.first_change)))
+    expected = count(turn.expected_cached_tokens)
+    facts.append(
+        Fact("expected cached", f"{expected}: {expected_words(turn, _nothing_cacheable(data))}")
+    )
+    reported = count(turn.cached_input_tokens)
+    said = reported_words(turn, view.accounting.last is not None)  # repairs report elsewhere
+    facts.append(Fact("reported cached", f"{reported}: {said}"))
+    if turn.miss is not None:
+        facts.append(Fact("miss", MISS_WORDS[turn.miss]))
+    return facts
+
+
+def _turn_label(data: Breakdown) -> str:
+    return "" if data.turn.turn is None else f" (turn {data.turn.turn})"
+
+
+# --------------------------------------------------------------------------- text
+
+_TEXT_WIDTH: Final = 96
+
+
+def _wrapped(text: str, first: str, rest: str) -> list[str]:
+    """``text`` in lines of at most ``_TEXT_WIDTH`` characters, after ``first`` on the first
+    line and ``rest`` on the others; ids and hashes are never split."""
+    return textwrap.wrap(
+        text,
+        width=_TEXT_WIDTH,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def render_text(data: Breakdown) -> str:
     """A fixed-width text breakdown."""
+    view = data.view
     b = view.budget
     lines = [
-        f"preparation {shown(view.preparation_id)}  model {shown(view.model)}  layout {view.layout}  attempt {view.attempt}",
+        f"preparation {shown(view.preparation_id)}  model {shown(view.model)}  layout "
+        f"{view.layout}  attempt {view.attempt}",
         f"capacity {b.capacity} ({b.capacity_source})  total input {b.total_input_tokens}  "
-        f"remaining {b.remaining_tokens}  data limit {b.data_limit_tokens}",
+        f"remaining {b.remaining_tokens}",
         "",
-        "budget:",
+        "budget (the parts add up to the capacity):",
     ]
-    parts = _window(view)
-    widths = _spread([tokens for _, tokens, _, _ in parts], 60)
-    window = "".join(mark * w for (_, _, mark, _), w in zip(parts, widths, strict=True))
-    lines.append(f"  window [{window}] {b.capacity}")
-    for label, tokens, mark, _ in parts:
-        lines.append(f"  {mark} {label:<20} {tokens:>9}  {_share(tokens, b.capacity):>7}")
-    lines.append(
-        f"    {'remaining tokens':<20} {b.remaining_tokens:>9}  (for data, after the terms above and the reserves)"
-    )
+    window = parts(b, data.legacy_views)
+    widths = _spread([p.tokens for p in window], 60)
+    bar = "".join(p.mark * w for p, w in zip(window, widths, strict=True))
+    lines.append(f"  window [{bar}] {b.capacity}")
+    for p in window:
+        lines.append(f"  {p.mark} {p.label:<20} {p.tokens:>9}  {_share(p.tokens, b.capacity):>7}")
+    lines.append(f"  = {'capacity':<20} {b.capacity:>9}  {'100%':>7}")
+    lines += _wrapped(remaining_words(view), "  ", "    ")
+    lines += _wrapped(data_words(view), "  ", "    ")
     lines += ["", f"blocks ({len(view.selection.blocks)}):"]
     for block in view.selection.blocks:
         needs = ", ".join(shown(d) for d in block.dependencies)
@@ -139,6 +352,18 @@ def render_text(view: PreparationView) -> str:
             f"  {shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
             f"{source.block_count} blocks"
         )
+    lines += ["", "cache:"]
+    for fact in cache_facts(data):
+        if fact.text:
+            lines += _wrapped(fact.text, f"  {fact.name + ':':<17} ", " " * 20)
+        else:
+            lines.append(f"  {fact.name}:")
+        for item in fact.items:
+            lines += _wrapped(item, "    - ", "      ")
+    lines.append(
+        f"  {'timeline:':<17} GET /v1/preparations/{shown(view.preparation_id)}/timeline"
+        + _turn_label(data)
+    )
     lines += [
         "",
         f"prefix {view.prefix_hash}  ({view.prefix_tokens} tokens)",
@@ -156,104 +381,156 @@ def render_text(view: PreparationView) -> str:
                 f"(expected {count(obs.expected_cached_tokens)}) cache-creation {count(obs.cache_creation_input_tokens)} output {count(obs.output_tokens)}"
             )
     lines += [f"note: {shown(n)}" for n in _uncertainty(view)]
-    lines.append(f"turns of this scope: GET /v1/preparations/{shown(view.preparation_id)}/timeline")
     return "\n".join(lines) + "\n"
 
 
-def _bar_px(tokens: int, capacity: int) -> str:
-    """A table bar's width: its share of a 400 px window, at least 4 px when not zero."""
-    if tokens <= 0 or capacity <= 0:
-        return "0.0"
-    return f"{max(4.0, 400 * tokens / capacity):.1f}"
-
+# --------------------------------------------------------------------------- HTML
 
 _STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:2rem;color:#222}
-table{border-collapse:collapse;margin:1rem 0}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-.bar{height:.8rem;display:inline-block;vertical-align:middle}
-.window{display:flex;width:100%;max-width:60rem;height:1.6rem;border:1px solid #999;margin:1rem 0}
+.window{display:flex;width:100%;height:1.6rem;border:1px solid #999;margin:.8rem 0}
 .window .seg{min-width:4px;border-right:1px solid #fff}
-.sw{display:inline-block;width:.8rem;height:.8rem;vertical-align:middle;margin-right:.4rem}
-.selected{color:#1a7f37}.projected{color:#9a6700}.omitted{color:#cf222e}
-.note{background:#fff8c5;padding:.4rem .8rem}
+#budget{width:100%;max-width:44rem}#budget td:first-child{white-space:nowrap}
+td.barcell{width:40%;min-width:3rem}
+.bar{display:block;height:.8rem;min-width:0}
+tr.selected td:nth-child(2){color:#1a7f37}tr.projected td:nth-child(2){color:#9a6700}
+tr.omitted td:nth-child(2){color:#cf222e}
+.miss{color:#cf222e;font-weight:600}
 """
 
 
-def render_html(view: PreparationView) -> str:
-    """A self-contained HTML page (no scripts, no external resources)."""
+def _bar_share(tokens: int, capacity: int) -> str:
+    """A table bar's width: its share of the bar column, at least 1% when not zero (so that a
+    part of a few tokens stays visible)."""
+    if tokens <= 0 or capacity <= 0:
+        return "0%"
+    return f"{max(1.0, 100 * tokens / capacity):.1f}%"
+
+
+def _fact_html(fact: Fact) -> str:
+    items = "".join(f"<li>{e(item)}</li>" for item in fact.items)
+    body = e(fact.text)
+    if fact.link is not None:
+        shown_id = shown(fact.link)
+        href = f"../{quote(fact.link, safe='')}/breakdown"
+        body = f'<a class=id href="{href}">{e(shown_id)}</a>{e(fact.text[len(shown_id) :])}'
+    body += f"<ul>{items}</ul>" if items else ""
+    cls = " class=miss" if fact.name == "miss" else ""
+    return f"<dt>{e(fact.name)}</dt><dd{cls}>{body}</dd>"
+
+
+def render_html(data: Breakdown) -> str:
+    """A self-contained HTML page (no scripts, no external resources), readable from 360 px
+    wide (``pages``)."""
+    view = data.view
     b = view.budget
-
-    def e(text: str) -> str:
-        return escape(shown(text))
-
-    parts = _window(view)
-    # The window as one stacked bar: each part's width is its share of the capacity, but a
-    # part of a few tokens keeps a minimum visible width (CSS min-width); zero parts are absent.
-    window = "".join(
-        f'<span class=seg style="flex:{tokens} 1 0;background:{colour}" '
-        f'title="{e(label)}: {tokens} tokens, {_share(tokens, b.capacity)}"></span>'
-        for label, tokens, _, colour in parts
-        if tokens > 0
+    window = parts(b, data.legacy_views)
+    # The window as one stacked bar: each part's width is its share of the capacity, but a part
+    # of a few tokens keeps a minimum visible width (CSS min-width); empty parts are left out.
+    segments = "".join(
+        f'<span class=seg style="flex:{p.tokens} 1 0;background:{p.colour}" '
+        f'title="{e(p.label)}: {p.tokens} tokens, {_share(p.tokens, b.capacity)}"></span>'
+        for p in window
     )
     budget_rows = "".join(
-        f'<tr><td><span class=sw style="background:{colour}"></span>{e(label)}</td>'
-        f"<td class=n>{tokens}</td><td class=n>{_share(tokens, b.capacity)}</td><td>"
-        f'<span class=bar style="width:{_bar_px(tokens, b.capacity)}px;background:{colour}">'
-        "</span></td></tr>"
-        for label, tokens, _, colour in parts
+        f'<tr><td><span class=sw style="background:{p.colour}"></span>{e(p.label)}</td>'
+        f"<td class=n>{p.tokens}</td><td class=n>{_share(p.tokens, b.capacity)}</td>"
+        f'<td class=barcell><span class=bar style="width:{_bar_share(p.tokens, b.capacity)};'
+        f'background:{p.colour}"></span></td></tr>'
+        for p in window
     )
     budget_rows += (
-        f"<tr><td><b>remaining tokens</b> (for data, after the input terms and the reserves)"
-        f"</td><td class=n>{b.remaining_tokens}</td>"
-        f"<td class=n>{_share(b.remaining_tokens, b.capacity)}</td><td></td></tr>"
-        f"<tr><td><b>capacity</b></td><td class=n>{b.capacity}</td><td class=n>100%</td>"
+        f"<tr class=sum><td>capacity</td><td class=n>{b.capacity}</td><td class=n>100%</td>"
         "<td></td></tr>"
     )
     block_rows = "".join(
-        f"<tr class={e(x.status)}><td>{e(x.source)}/{e(x.id)}</td><td>{e(x.status)}</td><td>{e(x.reason)}</td>"
-        f"<td class=n>{x.tokens}</td><td class=n>{x.full_tokens}</td>"
-        f"<td class=n>{'' if x.projection_tokens is None else x.projection_tokens}</td>"
-        f"<td class=n>{x.priority}</td><td>{'yes' if x.protected else ''}</td>"
-        f"<td>{', '.join(e(d) for d in x.dependencies)}</td></tr>"
+        f"<tr class={e(x.status)}>"
+        + cell("block", f"<span class=id>{e(x.source)}/{e(x.id)}</span>")
+        + cell("status", e(x.status))
+        + cell("reason", e(x.reason))
+        + cell("tokens", str(x.tokens), "n")
+        + cell("full", str(x.full_tokens), "n")
+        + cell("projection", "" if x.projection_tokens is None else str(x.projection_tokens), "n")
+        + cell("priority", str(x.priority), "n")
+        + cell("protected", "yes" if x.protected else "")
+        + cell("depends on", ", ".join(e(d) for d in x.dependencies))
+        + "</tr>"
         for x in view.selection.blocks
     )
+    if view.selection.blocks:
+        block_rows += (
+            "<tr class=sum>"
+            + cell("block", "entered blocks")
+            + "<td></td><td></td>"
+            + cell("tokens", str(entered_tokens(view)), "n")
+            + "<td></td>" * 5
+            + "</tr>"
+        )
     source_rows = "".join(
-        f"<tr><td>{e(s.source)}</td><td>{e(s.kind)}</td><td>{e(s.status)}</td>"
-        f"<td class=n>{s.duration_ms:.1f}</td><td class=n>{s.block_count}</td></tr>"
+        "<tr>"
+        + cell("source", e(s.source))
+        + cell("kind", e(s.kind))
+        + cell("status", e(s.status))
+        + cell("ms", f"{s.duration_ms:.1f}", "n")
+        + cell("blocks", str(s.block_count), "n")
+        + "</tr>"
         for s in view.selection.sources
     )
     acc = view.accounting
     acc_rows = "".join(
-        f"<tr><td>{name}</td>"
+        f"<tr>{cell('report', name)}"
         + (
-            "<td colspan=7>no usage report</td>"
+            '<td data-label="call" colspan=7>no usage report</td>'
             if obs is None
-            else f"<td>{e(obs.provider)}/{e(obs.call)}</td><td class=n>{count(obs.provider_input_tokens)}</td>"
-            f"<td class=n>{count(obs.input_token_delta)}</td><td class=n>{count(obs.cached_input_tokens)}</td>"
-            f"<td class=n>{count(obs.expected_cached_tokens)}</td>"
-            f"<td class=n>{count(obs.cache_creation_input_tokens)}</td><td class=n>{count(obs.output_tokens)}</td>"
+            else cell("call", f"{e(obs.provider)}/{e(obs.call)}")
+            + cell("provider input", count(obs.provider_input_tokens), "n")
+            + cell("delta", count(obs.input_token_delta), "n")
+            + cell("cached", count(obs.cached_input_tokens), "n")
+            + cell("expected cached", count(obs.expected_cached_tokens), "n")
+            + cell("cache creation", count(obs.cache_creation_input_tokens), "n")
+            + cell("output", count(obs.output_tokens), "n")
         )
         + "</tr>"
         for name, obs in (("last", acc.last), ("auxiliary", acc.auxiliary))
     )
     notes = "".join(f"<p class=note>{e(n)}</p>" for n in _uncertainty(view))
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Breakdown {e(view.preparation_id)}</title>
-<style>{_STYLE}</style></head><body>
-<h1>Preparation {e(view.preparation_id)}</h1>
-<p>model <b>{e(view.model)}</b> · layout <b>{e(view.layout)}</b> · attempt {view.attempt} ·
-capacity <b id=capacity>{b.capacity}</b> ({e(b.capacity_source)}) · total input <b id=total>{b.total_input_tokens}</b> ·
-remaining {b.remaining_tokens} · data limit {b.data_limit_tokens}</p>
+    facts = "".join(_fact_html(f) for f in cache_facts(data))
+    blocks = (
+        "<div class=scroll><table id=blocks class=cards><tr><th>block</th><th>status</th>"
+        "<th>reason</th><th class=n>tokens</th><th class=n>full</th><th class=n>projection</th>"
+        "<th class=n>priority</th><th>protected</th><th>depends on</th></tr>"
+        f"{block_rows}</table></div>"
+        if view.selection.blocks
+        else "<p>No block: no source offered any.</p>"
+    )
+    sources = (
+        "<div class=scroll><table id=sources class=cards><tr><th>source</th><th>kind</th>"
+        f"<th>status</th><th class=n>ms</th><th class=n>blocks</th></tr>{source_rows}</table></div>"
+        if view.selection.sources
+        else "<p>No source in this request.</p>"
+    )
+    created = data.turn.created_at
+    age = "" if created is None else f" · prepared {e(created)}"
+    since = data.turn.seconds_since_previous
+    after = "" if since is None else f", {duration(since)} after the previous turn"
+    body = f"""<h1>Preparation <span class=id>{e(view.preparation_id)}</span></h1>
+<p>model <b>{e(view.model)}</b> · render {e(view.render)} · layout {e(view.layout)} ·
+attempt {view.attempt}{age} · capacity <b id=capacity>{b.capacity}</b> ({e(b.capacity_source)}) ·
+total input <b id=total>{b.total_input_tokens}</b> · remaining <b id=remaining>{b.remaining_tokens}</b></p>
 {notes}
-<h2>Budget</h2><div class=window id=window>{window}</div>
-<table id=budget><tr><th>part of the window</th><th>tokens</th><th>share</th><th></th></tr>{budget_rows}</table>
-<h2>Blocks</h2><table id=blocks><tr><th>block</th><th>status</th><th>reason</th><th>tokens</th><th>full</th>
-<th>projection</th><th>priority</th><th>protected</th><th>depends on</th></tr>{block_rows}</table>
-<h2>Sources</h2><table id=sources><tr><th>source</th><th>kind</th><th>status</th><th>ms</th><th>blocks</th></tr>{source_rows}</table>
-<h2>Cache and accounting</h2><p>prefix {e(view.prefix_hash)} ({view.prefix_tokens} tokens)<br>input {e(view.input_hash)}<br>
-estimated input tokens {acc.estimated_input_tokens}</p>
-<table id=accounting><tr><th></th><th>call</th><th>provider input</th><th>delta</th><th>cached</th><th>expected cached</th><th>cache creation</th><th>output</th></tr>{acc_rows}</table>
-<p><a id=timeline href="timeline">Timeline of this scope's turns</a></p>
-</body></html>
-"""
+<h2>Budget</h2><div class=window id=window>{segments}</div>
+<div class=scroll><table id=budget><tr><th>part of the window</th><th class=n>tokens</th>
+<th class=n>share</th><th></th></tr>{budget_rows}</table></div>
+<p id=remaining-words>{e(remaining_words(view))}</p>
+<p id=data-words>{e(data_words(view))}</p>
+<h2 id=cache>Cache</h2>
+<dl class=facts id=cache-facts>{facts}</dl>
+<p><a id=timeline href="timeline">Timeline of this conversation</a>{e(_turn_label(data))}{after}</p>
+<h2>Blocks</h2>{blocks}
+<h2>Sources</h2>{sources}
+<h2>Hashes and accounting</h2>
+<p>prefix <code>{e(view.prefix_hash)}</code> ({view.prefix_tokens} tokens)<br>
+input <code>{e(view.input_hash)}</code><br>estimated input tokens {acc.estimated_input_tokens}</p>
+<div class=scroll><table id=accounting class=cards><tr><th></th><th>call</th><th class=n>provider input</th>
+<th class=n>delta</th><th class=n>cached</th><th class=n>expected cached</th>
+<th class=n>cache creation</th><th class=n>output</th></tr>{acc_rows}</table></div>"""
+    return page(f"Breakdown {view.preparation_id}", _STYLE, body)

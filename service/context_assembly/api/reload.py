@@ -13,15 +13,17 @@ name or inline URL, never the registered URL), so a removed registration is
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 from fastapi import FastAPI
 from pydantic import ValidationError
 
 from context_assembly.api.auth import Authenticator
-from context_assembly.config import Settings, load_settings
+from context_assembly.config import Settings, explain, load_settings
 
 log = structlog.get_logger("context_assembly.reload")
 
@@ -35,13 +37,58 @@ class ReloadResult:
 def _errors(err: Exception) -> list[dict[str, str]]:
     if isinstance(err, ValidationError):
         return [
-            {"loc": ".".join(str(p) for p in e["loc"]) or "(file)", "msg": e["msg"]}
+            {
+                "loc": ".".join(str(p) for p in e["loc"]) or "(file)",
+                "msg": explain(e).partition(": ")[2],
+            }
             for e in err.errors(include_input=False, include_url=False)
         ]
     if isinstance(err, FileNotFoundError):
         return [{"loc": "(file)", "msg": "configuration file not found"}]
     # TOML syntax errors carry line/column in their message, never values of other keys.
     return [{"loc": "(file)", "msg": f"{type(err).__name__}: {err}"[:300]}]
+
+
+RESTART_SECTIONS = ("server", "store", "cache")
+"""The sections a reload cannot apply: a new bind, store or cache-key secret needs a restart."""
+
+
+def file_tables(path: str | Path | None) -> dict[str, Any]:
+    """The file's own tables of ``RESTART_SECTIONS``, as written (before the environment and
+    ``serve``'s options, which carry the running bind and win over the file): a reload compares
+    them too, so that a changed ``[server] port`` is refused rather than silently kept."""
+    if path is None:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}  # load_settings reports it
+    return {name: document.get(name, {}) for name in RESTART_SECTIONS}
+
+
+def _changed_keys(current: Settings, new: Settings) -> list[str]:
+    return [
+        f"{name}.{key}"
+        for name in RESTART_SECTIONS
+        for key, value in getattr(new, name)
+        if getattr(getattr(current, name), key) != value
+    ]
+
+
+def _changed_in_file(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    changed: list[str] = []
+    for name in RESTART_SECTIONS:
+        old, new = before.get(name, {}), after.get(name, {})
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            changed.append(name)
+            continue
+        changed.extend(
+            f"{name}.{key}"
+            for key in sorted(old.keys() | new.keys())
+            if old.get(key) != new.get(key)
+        )
+    return changed
 
 
 def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
@@ -53,14 +100,14 @@ def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
         result = ReloadResult(False, _errors(err))
         log.warning("config_reload_refused", errors=result.errors)
         return result
-    frozen = [
-        name
-        for name in ("server", "store", "cache")
-        if getattr(new, name) != getattr(current, name)
+    changed = [
+        *_changed_keys(current, new),
+        *_changed_in_file(app.state.config_tables, file_tables(path)),
     ]
-    if frozen:
+    if changed:
         result = ReloadResult(
-            False, [{"loc": name, "msg": "changes here need a restart"} for name in frozen]
+            False,
+            [{"loc": loc, "msg": "changes here need a restart"} for loc in dict.fromkeys(changed)],
         )
         log.warning("config_reload_refused", errors=result.errors)
         return result

@@ -1,135 +1,360 @@
-"""The human view of a conversation's turns: one row per preparation of the scope (total input,
-prefix kept, first change, expected and reported cached tokens) and an inline SVG chart of those
-figures per turn.
+"""The human view of a conversation's turns: a chart and a table of one page of turns (total
+input, expected and reported cached tokens, prefix kept, the first change by name, and the
+turns that missed the cache, by kind), with links to older and newer pages.
 
 HTML for browsers (``Accept: text/html``), plain text otherwise (JSON is the route's, from the
-``Timeline`` model). Ids, figures and part names only: the records hold no text to show.
+``Timeline`` model). Ids, figures and names only: the records hold no text to show.
+
+The chart is an inline SVG as wide as the page at any width: the bars are drawn in a plot whose
+``viewBox`` counts turns across and tokens up, stretched to the page's width
+(``preserveAspectRatio="none"``); the scale, the turn numbers and the miss marks are drawn
+around it in CSS pixels and percentages of the width, so that their text keeps its size on a
+phone and on a wide screen.
 """
 
 from __future__ import annotations
 
-from html import escape
+from dataclasses import dataclass
+from typing import Final
 from urllib.parse import quote
 
-from context_assembly.api.breakdown import count, shown
-from context_assembly.lifecycle import Timeline, TimelineTurn
-
-# The chart's series: the answer's field, its legend and its colour.
-_SERIES = (
-    ("total_input_tokens", "total input", "#9aa4b1"),
-    ("expected_cached_tokens", "expected cached", "#4a7bd0"),
-    ("cached_input_tokens", "reported cached", "#1a7f37"),
+from context_assembly.api.pages import cell, count, e, page, shown
+from context_assembly.api.turn_words import (
+    MISS_MEANING,
+    MISS_WORDS,
+    change_words,
+    expected_words,
+    reported_words,
 )
-_KEPT_COLOUR = {True: "#1a7f37", False: "#cf222e", None: "#9aa4b1"}
+from context_assembly.lifecycle import CacheMiss, Timeline, TimelineTurn
+from context_assembly.preparations.turns import TIMELINE_TURNS
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """A bar of each turn: the turn's field, its legend and its colour."""
+
+    field: str
+    label: str
+    colour: str
+
+
+SERIES: Final = (
+    Series("total_input_tokens", "total input", "#9aa4b1"),
+    Series("expected_cached_tokens", "expected cached", "#4a7bd0"),
+    Series("cached_input_tokens", "reported cached", "#1a7f37"),
+)
+
+# Each kind of miss: its colour and its mark, a path around (0, 0) about 12 px wide. The shapes
+# differ as well as the colours, so that the kinds stay apart without colour vision.
+MISS_COLOUR: Final[dict[CacheMiss, str]] = {
+    "prefix_changed": "#cf222e",
+    "expired": "#8250df",
+    "provider": "#bc4c00",
+}
+_MISS_PATH: Final[dict[CacheMiss, str]] = {
+    "prefix_changed": "M-6,-5H6L0,6Z",  # a triangle pointing down
+    "expired": "M0,-6L6,0L0,6L-6,0Z",  # a diamond
+    "provider": "M-5,0A5,5 0 1,0 5,0A5,5 0 1,0 -5,0Z",  # a ring (drawn with a stroke)
+}
+
+# The chart's geometry in CSS pixels: the plot's top and height, the rows under it.
+_TOP, _PLOT = 20, 200
+_NUMBERS_Y = _TOP + _PLOT + 16
+_MARKS_Y = _NUMBERS_Y + 18
+_HEIGHT = _MARKS_Y + 14
+_SLOT = 4  # plot units per turn: three bars of 1 with gaps
+_MIN_SLOTS = 8  # a short conversation does not get bars a quarter of the page wide
 
 
 def _kept(value: bool | None) -> str:
     return "-" if value is None else ("yes" if value else "no")
 
 
-def _change(turn: TimelineTurn) -> str:
-    change = turn.first_change
-    if change is None:
-        return "-"
-    return change.part if change.index is None else f"{change.part}[{change.index}]"
+def _label(turn: TimelineTurn) -> str:
+    return "?" if turn.turn is None else str(turn.turn)
 
 
-def render_text(timeline: Timeline) -> str:
-    """A fixed-width table, oldest turn first."""
+def _range(timeline: Timeline) -> str:
+    """Which turns a page shows, in words."""
+    turns = timeline.turns
+    if not turns:
+        return "no turns"
+    first, last = turns[0].turn, turns[-1].turn
+    if first is None or last is None:
+        return f"{len(turns)} turns"
+    return f"turn {first}" if first == last else f"turns {first}–{last}"
+
+
+def newer_before(timeline: Timeline, before: int | None) -> int | None:
+    """The ``before`` of the next newer page (``None``: this page ends with the preparation, or
+    the turns have no numbers)."""
+    if before is None or not timeline.turns or timeline.turns[-1].turn is None:
+        return None
+    return timeline.turns[-1].turn + 1 + TIMELINE_TURNS
+
+
+def why(turn: TimelineTurn) -> str:
+    """A turn's cache story in a sentence (the chart's tooltips)."""
+    said = f"expected {count(turn.expected_cached_tokens)} cached: {expected_words(turn)}"
+    if turn.cached_input_tokens is not None:
+        said += f"; reported {turn.cached_input_tokens}: {reported_words(turn)}"
+    return said
+
+
+# --------------------------------------------------------------------------- text
+
+
+def render_text(timeline: Timeline, before: int | None = None) -> str:
+    """A fixed-width table, oldest turn first, and the paths of the older and newer pages."""
+    path = f"GET /v1/preparations/{shown(timeline.preparation_id)}/timeline"
     lines = [
-        f"timeline of {shown(timeline.preparation_id)} ({len(timeline.turns)} turns)",
-        f"{'turn':>4}  {'preparation':<30} {'input':>8} {'kept':>4}  {'first change':<16} "
-        f"{'expected':>8} {'reported':>8}",
+        f"timeline of {shown(timeline.preparation_id)}: {_range(timeline)}, oldest first",
+        f"{'turn':>4}  {'preparation':<30} {'input':>8} {'kept':>4} {'cacheable':>9} "
+        f"{'expected':>8} {'reported':>8}  {'miss':<22} first change",
     ]
-    for number, turn in enumerate(timeline.turns, 1):
+    for turn in timeline.turns:
+        miss = "-" if turn.miss is None else MISS_WORDS[turn.miss]
         lines.append(
-            f"{number:>4}  {shown(turn.preparation_id):<30} {turn.total_input_tokens:>8} "
-            f"{_kept(turn.prefix_kept):>4}  {_change(turn):<16} "
-            f"{count(turn.expected_cached_tokens):>8} {count(turn.cached_input_tokens):>8}"
+            f"{_label(turn):>4}  {shown(turn.preparation_id):<30} {turn.total_input_tokens:>8} "
+            f"{_kept(turn.prefix_kept):>4} {count(turn.cacheable_tokens):>9} "
+            f"{count(turn.expected_cached_tokens):>8} {count(turn.cached_input_tokens):>8}  "
+            f"{miss:<22} {change_words(turn.first_change)}"
         )
+    if timeline.older_before is not None:
+        lines.append(f"older turns: {path}?before={timeline.older_before}")
+    newer = newer_before(timeline, before)
+    if newer is not None:
+        lines.append(f"newer turns: {path}?before={newer}")
+    if before is not None:
+        lines.append(f"newest turns: {path}")
+    lines += [f"{MISS_WORDS[kind]}: {meaning}" for kind, meaning in MISS_MEANING.items()]
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------- chart
+
+
+def scale(peak: int) -> tuple[int, int]:
+    """``(step, top)`` of the token scale: the smallest round step (1, 2, 2.5 or 5 times a power
+    of ten) giving at most six intervals, and the first multiple of it at or above ``peak``."""
+    peak = max(1, peak)
+    magnitude = 1
+    while magnitude * 10 <= peak:
+        magnitude *= 10
+    step = 2 * magnitude  # peak < 10 * magnitude: at most five intervals of this
+    for factor in (0.1, 0.2, 0.25, 0.5, 1.0):
+        candidate = max(1, round(magnitude * factor))
+        if peak / candidate <= 6:
+            step = candidate
+            break
+    top = -(-peak // step) * step
+    return step, top
+
+
+def _x(slot: float, slots: int) -> str:
+    """The horizontal position of ``slot`` (in turn slots) as a percentage of the chart."""
+    return f"{100 * slot / slots:.3f}%"
+
+
+def mark(kind: CacheMiss, x: str, y: int, title: str = "") -> str:
+    """A miss mark centred on ``(x, y)``; ``x`` may be a percentage, hence the nested SVG."""
+    colour = MISS_COLOUR[kind]
+    paint = (
+        f'fill="none" stroke="{colour}" stroke-width="2.5"'
+        if kind == "provider"
+        else f'fill="{colour}"'
+    )
+    tip = f"<title>{e(title)}</title>" if title else ""
+    return (
+        f'<svg x="{x}" y="{y}" width="1" height="1" overflow="visible" class="mark {kind}">'
+        f'<path d="{_MISS_PATH[kind]}" {paint}/>{tip}</svg>'
+    )
+
+
+def _end_label(index: int, last: int, number: int) -> bool:
+    """Whether the first or the last turn of a page gets its number among every fifth: when
+    no fifth is within two turns of it on the page (their labels would touch)."""
+    if index == 0:
+        return all((number + step) % 5 for step in (1, 2) if index + step <= last)
+    if index == last:
+        return all((number - step) % 5 for step in (1, 2) if index - step >= 0)
+    return False
+
+
 def chart_svg(turns: list[TimelineTurn]) -> str:
-    """Grouped bars per turn (total input, expected and reported cached tokens, all on one
-    scale) and a dot under each turn: green when the prefix was kept, red when not, grey when
-    there was nothing to compare with. A missing figure draws no bar."""
-    group, bar, height, top = 36, 10, 160, 10
-    width = max(1, len(turns)) * group + 20
+    """Grouped bars per turn (total input, expected and reported cached tokens, on one token
+    scale), a band behind each turn that missed the cache and its mark under the turn number,
+    the scale's gridlines and labels, the axes and the turn numbers. A missing figure draws no
+    bar. With more than twelve turns, every fifth number (and the first and the last, unless a
+    fifth is next to them) is always shown, the others only on a wide page, and none of them
+    past thirty turns."""
+    slots = max(len(turns), _MIN_SLOTS)
     peak = max(
-        [1]
+        [0]
         + [
             value
             for turn in turns
-            for field, _, _ in _SERIES
-            if isinstance(value := getattr(turn, field), int)
+            for series in SERIES
+            if isinstance(value := getattr(turn, series.field), int)
         ]
     )
-    shapes = [
-        f'<line x1="10" y1="{top + height}" x2="{width - 10}" y2="{top + height}" stroke="#999"/>'
+    step, top = scale(peak)
+    under: list[str] = []  # the gridlines, behind the bars
+    over = [  # the axes, the scale's labels, the turn numbers and the miss marks
+        f'<line x1="0" x2="100%" y1="{_TOP + _PLOT}" y2="{_TOP + _PLOT}" class="axis"/>',
+        f'<line x1="0.5" x2="0.5" y1="{_TOP}" y2="{_TOP + _PLOT}" class="axis"/>',
     ]
-    for number, turn in enumerate(turns):
-        x0 = 10 + number * group + 3
-        for offset, (field, label, colour) in enumerate(_SERIES):
-            value = getattr(turn, field)
+    for tick in range(step, top + 1, step):
+        y = _TOP + _PLOT * (1 - tick / top)
+        unit = " tokens" if tick == top else ""
+        under.append(f'<line x1="0" x2="100%" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        over.append(f'<text x="4" y="{y - 3:.1f}" class="scale">{tick}{unit}</text>')
+    plot: list[str] = []  # in turn slots across, tokens up
+    last = len(turns) - 1
+    for index, turn in enumerate(turns):
+        left = index * _SLOT
+        label = _label(turn)
+        if turn.miss is not None:
+            plot.append(
+                f'<rect x="{left}" y="0" width="{_SLOT}" height="{top}" '
+                f'fill="{MISS_COLOUR[turn.miss]}" fill-opacity="0.12" class="band {turn.miss}"/>'
+            )
+        for offset, series in enumerate(SERIES):
+            value = getattr(turn, series.field)
             if not isinstance(value, int) or value <= 0:
                 continue
-            h = max(1.0, height * value / peak)
-            shapes.append(
-                f'<rect x="{x0 + offset * bar}" y="{top + height - h:.1f}" width="{bar - 1}" '
-                f'height="{h:.1f}" fill="{colour}"><title>turn {number + 1}: {label} {value}'
-                "</title></rect>"
+            plot.append(
+                f'<rect x="{left + 0.4 + offset * 1.1:.1f}" y="{top - value}" width="1" '
+                f'height="{value}" fill="{series.colour}" class="bar">'
+                f"<title>turn {label}: {series.label} {value}</title></rect>"
             )
-        shapes.append(
-            f'<circle cx="{x0 + 15}" cy="{top + height + 10}" r="4" '
-            f'fill="{_KEPT_COLOUR[turn.prefix_kept]}"><title>turn {number + 1}: prefix kept '
-            f"{_kept(turn.prefix_kept)}</title></circle>"
-        )
+        centre = _x(index + 0.5, slots)
+        number = turn.turn if turn.turn is not None else index + 1
+        major = len(turns) <= 12 or number % 5 == 0 or _end_label(index, last, number)
+        if major or len(turns) <= 30:
+            cls = "number" if major else "number minor"
+            over.append(
+                f'<text x="{centre}" y="{_NUMBERS_Y}" text-anchor="middle" class="{cls}">'
+                f"{label}</text>"
+            )
+        if turn.miss is not None:
+            title = f"turn {label}: {MISS_WORDS[turn.miss]}"
+            if turn.miss == "prefix_changed":
+                title += f" at {change_words(turn.first_change)}"
+            over.append(mark(turn.miss, centre, _MARKS_Y, f"{title}. {why(turn)}"))
+    inner = (
+        f'<svg x="0" y="{_TOP}" width="100%" height="{_PLOT}" '
+        f'viewBox="0 0 {slots * _SLOT} {top}" preserveAspectRatio="none">'
+        + "".join(plot)
+        + "</svg>"
+    )
     return (
-        f'<svg id=chart xmlns="http://www.w3.org/2000/svg" width="{width}" '
-        f'height="{top + height + 20}" role="img" aria-label="tokens per turn">'
-        + "".join(shapes)
+        f'<svg id="chart" class="chart" xmlns="http://www.w3.org/2000/svg" width="100%" '
+        f'height="{_HEIGHT}" role="img" aria-label="Tokens per turn: total input, expected and '
+        f'reported cached tokens, with the turns that missed the cache marked">'
+        + "".join(under)
+        + inner
+        + "".join(over)
         + "</svg>"
     )
 
 
+# --------------------------------------------------------------------------- HTML
+
 _STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:2rem;color:#222}
-table{border-collapse:collapse;margin:1rem 0}td,th{padding:.2rem .6rem;border-bottom:1px solid #ddd;text-align:left}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-.sw{display:inline-block;width:.8rem;height:.8rem;vertical-align:middle;margin:0 .3rem 0 .8rem}
-.no{color:#cf222e}
+svg.chart{display:block;width:100%;max-width:100%;margin:.4rem 0 1rem;overflow:visible}
+svg.chart .grid{stroke:#e3e3e3}svg.chart .axis{stroke:#666}
+svg.chart text{font:11px system-ui,sans-serif;fill:#555}
+svg.chart text.scale{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
+.legend{display:flex;flex-wrap:wrap;gap:.3rem 1.2rem;margin:.4rem 0}
+.legend span{white-space:nowrap}
+svg.mk{width:12px;height:12px;vertical-align:-1px;margin-right:.3rem}
+tr.prefix_changed td{background:#ffebe9}tr.expired td{background:#f3eefe}
+tr.provider td{background:#fff1e5}
+nav.pages{display:flex;flex-wrap:wrap;gap:.4rem 1.2rem;margin:.6rem 0}
+@media (max-width:40rem){svg.chart text.minor{display:none}}
 """
 
 
-def render_html(timeline: Timeline) -> str:
-    """A self-contained HTML page (no scripts, no external resources)."""
+def _mark_icon(kind: CacheMiss) -> str:
+    """A miss mark for the legend and the table (its own small SVG)."""
+    return f'<svg class="mk" viewBox="-7 -7 14 14" aria-hidden="true">{mark(kind, "0", 0)}</svg>'
 
-    def e(text: str) -> str:
-        return escape(shown(text))
 
-    rows = "".join(
-        f"<tr{' class=no' if turn.prefix_kept is False else ''}><td class=n>{number}</td>"
-        f'<td><a href="../{quote(turn.preparation_id, safe="")}/breakdown">'
-        f"{e(turn.preparation_id)}</a></td>"
-        f"<td>{e(turn.model)}</td><td>{e(turn.render)}</td><td>{e(turn.layout)}</td>"
-        f"<td class=n>{turn.total_input_tokens}</td><td>{_kept(turn.prefix_kept)}</td>"
-        f"<td>{e(_change(turn))}</td><td class=n>{count(turn.expected_cached_tokens)}</td>"
-        f"<td class=n>{count(turn.cached_input_tokens)}</td></tr>"
-        for number, turn in enumerate(timeline.turns, 1)
-    )
+def _row(turn: TimelineTurn, models: bool) -> str:
+    """A turn's row; the model's cell only when the page's turns differ in model."""
+    breakdown = f"../{quote(turn.preparation_id, safe='')}/breakdown"
+    miss = "-"
+    if turn.miss is not None:
+        miss = f"{_mark_icon(turn.miss)}{e(MISS_WORDS[turn.miss])}"
+    if turn.first_change is not None:  # the prefix changed: by name, where
+        miss += f": {e(change_words(turn.first_change))}"
+    cells = [
+        cell("turn", e(_label(turn)), "n"),
+        cell("preparation", f'<a class=id href="{breakdown}">{e(turn.preparation_id)}</a>'),
+        cell("model", e(turn.model), "nw") if models else "",
+        cell("total input", str(turn.total_input_tokens), "n"),
+        cell("prefix kept", _kept(turn.prefix_kept)),
+        cell("cacheable", count(turn.cacheable_tokens), "n"),
+        cell("expected cached", count(turn.expected_cached_tokens), "n"),
+        cell("reported cached", count(turn.cached_input_tokens), "n"),
+        cell("miss", miss),
+    ]
+    cls = "" if turn.miss is None else f' class="{turn.miss}"'
+    return f"<tr{cls}>{''.join(cells)}</tr>"
+
+
+def render_html(timeline: Timeline, before: int | None = None) -> str:
+    """A self-contained HTML page (no scripts, no external resources), readable from 360 px
+    wide (``pages``)."""
+    names = sorted({turn.model for turn in timeline.turns})
+    models = len(names) > 1
+    rows = "".join(_row(turn, models) for turn in timeline.turns)
     legend = "".join(
-        f'<span class=sw style="background:{colour}"></span>{e(label)}'
-        for _, label, colour in _SERIES
+        f'<span><span class=sw style="background:{s.colour}"></span>{e(s.label)}</span>'
+        for s in SERIES
+    ) + "".join(
+        f'<span title="{e(MISS_MEANING[kind])}">{_mark_icon(kind)}{e(words)}</span>'
+        for kind, words in MISS_WORDS.items()
     )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Timeline {e(timeline.preparation_id)}</title>
-<style>{_STYLE}</style></head><body>
-<h1>Timeline of {e(timeline.preparation_id)}</h1>
-<p>{len(timeline.turns)} turns in this scope, oldest first.{legend}</p>
+    links = []
+    if timeline.older_before is not None:
+        links.append(f'<a id=older href="timeline?before={timeline.older_before}">older turns</a>')
+    newer = newer_before(timeline, before)
+    if newer is not None:
+        links.append(f'<a id=newer href="timeline?before={newer}">newer turns</a>')
+    if before is not None:
+        links.append('<a id=newest href="timeline">newest turns</a>')
+    nav = f"<nav class=pages>{''.join(links)}</nav>" if links else ""
+    meanings = "".join(
+        f"<li>{_mark_icon(kind)}<b>{e(MISS_WORDS[kind])}</b>: {e(meaning)}</li>"
+        for kind, meaning in MISS_MEANING.items()
+    )
+    model = "" if models or not names else f" Model {e(names[0])}."
+    heading = "".join(
+        f"<th{' class=n' if numeric else ''}>{label}</th>"
+        for label, numeric, shown_ in (
+            ("turn", True, True),
+            ("preparation", False, True),
+            ("model", False, models),
+            ("total input", True, True),
+            ("prefix kept", False, True),
+            ("cacheable", True, True),
+            ("expected cached", True, True),
+            ("reported cached", True, True),
+            ("miss, first change", False, True),
+        )
+        if shown_
+    )
+    body = f"""<h1>Timeline of <span class=id>{e(timeline.preparation_id)}</span></h1>
+<p>{e(_range(timeline))} of this conversation, oldest first (at most {TIMELINE_TURNS} a page).{model}
+Each turn is compared with the one before it; a turn is marked when it read less from the
+provider's cache than it could have.</p>
+{nav}
+<div class=legend id=legend>{legend}</div>
 {chart_svg(timeline.turns)}
-<table id=turns><tr><th>turn</th><th>preparation</th><th>model</th><th>render</th><th>layout</th>
-<th>total input</th><th>prefix kept</th><th>first change</th><th>expected cached</th>
-<th>reported cached</th></tr>{rows}</table>
-</body></html>
-"""
+<div class=scroll><table id=turns class=cards><tr>{heading}</tr>{rows}</table></div>
+<ul id=misses>{meanings}</ul>
+{nav}"""
+    return page(f"Timeline {timeline.preparation_id}", _STYLE, body)

@@ -1,6 +1,6 @@
 """Contributor webhook calls: fan-out under one deadline, size caps, validation, failure policy.
 
-SPEC §3.4. Every call is a task under **one total deadline** (one ``asyncio.timeout`` for the
+docs/contract.md, "Webhook protocol". Every call is a task under **one total deadline** (one ``asyncio.timeout`` for the
 prepare's deadline) around the whole exchange: connect, request, response head and the streamed
 body; a server that drips one byte at a time cannot stretch it. At the deadline the call is
 cancelled, its connection closed, and its outcome settled as ``timeout``; an outcome once settled
@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import orjson
@@ -46,6 +46,10 @@ from context_assembly.core.request import (
     finite_revision,
 )
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
+
+if TYPE_CHECKING:  # mcp.py imports this module; it is only named in annotations here
+    from context_assembly.contributors.mcp import McpEndpoint
+    from context_assembly.contributors.mcp_mapping import Skipped
 
 TIMEOUT_HEADER = "X-Contributor-Timeout-Ms"
 """Remaining budget in integer milliseconds at send time (like Envoy's
@@ -70,7 +74,11 @@ _UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for
 
 @dataclass(frozen=True, slots=True)
 class ContributorTarget:
-    """One contributor to call: a registered endpoint (trusted) or an SSRF-checked inline URL."""
+    """One contributor to call: a registered endpoint (trusted) or an SSRF-checked inline URL.
+
+    ``mcp``: the target is an MCP server, called through that endpoint (``contributors/mcp.py``)
+    instead of with a webhook packet; everything else (policy, deadline, outcome) is the same.
+    """
 
     source: str
     url: str
@@ -78,6 +86,7 @@ class ContributorTarget:
     failure_policy: FailurePolicy = "fail"
     kind: TargetKind = "registered"
     checked: CheckedTarget | None = None
+    mcp: McpEndpoint | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "inline" and self.checked is None:
@@ -96,6 +105,8 @@ class ContributorOutcome:
     revision: Revision | None = None
     blocks: tuple[Block, ...] = ()
     cause: str | None = None
+    # Items of an MCP answer that did not become blocks (binary contents), with the reason.
+    skipped: tuple[Skipped, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -123,7 +134,7 @@ class PacketFields:
 
 class ContributorAnswer(Frozen):
     """A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
-    them (the request-wide block rules of SPEC §5.1 run later, over every source, in the core).
+    them (the request-wide block rules of docs/contract.md, "Block rules", run later, over every source, in the core).
     """
 
     revision: Revision
@@ -353,6 +364,10 @@ async def _contribute_one(
     """One call, settled as an outcome: it never raises for what the contributor did."""
     started = clock()
     try:
+        if target.mcp is not None:
+            return await target.mcp.contribute(
+                target.source, client, packet_fields, deadline_monotonic, max_response_bytes, clock
+            )
         body, msg_id = _packet(target, common, packet_fields)
         result = await _exchange(
             client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
@@ -425,7 +440,7 @@ async def contribute_all(
     the answers that arrive early are checked while the others are awaited; a check that raises
     fails the fan-out with its exception.
 
-    Each call sends a ``contribute`` packet (SPEC §3.4) with ``X-Contributor-Timeout-Ms`` (the
+    Each call sends a ``contribute`` packet (docs/contract.md, "Webhook protocol") with ``X-Contributor-Timeout-Ms`` (the
     remaining integer ms at send time, at least 1), ``content-type: application/json``, a stable
     ``webhook-id`` and, when the target has a secret, Standard Webhooks signature headers. All
     calls share ``deadline_monotonic`` (a ``clock()`` value): a call with no time left is
@@ -535,8 +550,14 @@ async def query_revision(
     answer must be a JSON object with a finite-number or string ``revision``. Returns the status
     and, when ``ok``, the revision. ``check_id`` distinguishes repeated checks of one
     preparation so that each gets its own ``webhook-id`` (default: a random token, because a
-    contributor that deduplicates on the id must not drop a later check).
+    contributor that deduplicates on the id must not drop a later check). An MCP target
+    re-reads its resources' revisions instead (``McpEndpoint.revision``).
     """
+    if target.mcp is not None:
+        try:
+            return await target.mcp.revision(client, deadline_monotonic, max_response_bytes, clock)
+        except Exception:  # as below: a surprise is an error, not a crash of validate
+            return "error", None
     call: CallType = "revision"
     if check_id is None:
         check_id = secrets.token_hex(8)

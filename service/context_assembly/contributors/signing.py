@@ -1,4 +1,4 @@
-"""Standard Webhooks signing of outbound contributor calls (SPEC §3.4).
+"""Standard Webhooks signing of outbound contributor calls (docs/contract.md, "Webhook protocol").
 
 Headers follow Standard Webhooks v1.0.0 (standard-webhooks/standard-webhooks
 ``spec/standard-webhooks.md``): ``webhook-id``, ``webhook-timestamp`` (integer Unix seconds) and

@@ -1,4 +1,4 @@
-"""SSRF guard for contributor URLs named inline in a request (SPEC §3.4, §10).
+"""SSRF guard for contributor URLs named inline in a request (docs/contract.md, "Inline URLs").
 
 An inline URL is accepted only when it matches an allowlist prefix (compared on the parsed
 origin and path, never as a string prefix) and when **every** address its host resolves to is

@@ -24,29 +24,12 @@ from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, 
 from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
 from context_assembly.core.frame import Frame
 from context_assembly.core.layout import Placed, build_texts, place
-from context_assembly.core.memo import (
-    AssemblyMemo,
-    Entry,
-    MemoKey,
-    Outcome,
-    Segment,
-    blocks_digest,
-    selection_key,
-)
 from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
-from context_assembly.core.result import (
-    BLOCK_REPORTS,
-    BlockReport,
-    BudgetReport,
-    DecisionTally,
-    SelectionReport,
-    decision_tally,
-    pack_block_rows,
-)
+from context_assembly.core.result import BLOCK_REPORTS, BlockReport, BudgetReport, SelectionReport
 from context_assembly.core.select import (
     CostPlan,
+    Selection,
     cost_plan,
-    data_message,
     protected_demand,
     rank_key,
     select,
@@ -71,10 +54,6 @@ class Assembly:
     history: tuple[Message, ...]  # the history actually sent (after compaction)
     selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
-    block_reports: tuple[BlockReport, ...]  # the manifest's block reports (as in ``selection``)
-    block_rows: str  # the same in the packed stored form (``result.pack_block_rows``)
-    block_decisions: DecisionTally  # the same counted by status and reason (for the metrics)
-    block_digests: tuple[tuple[str, bytes], ...]  # (source, blocks_digest) of each live source
 
 
 def assemble(
@@ -89,16 +68,11 @@ def assemble(
     capacity: Capacity,
     exact: bool,
     tenant: str,
-    memo: AssemblyMemo | None = None,
 ) -> Assembly:
-    """Run the whole pipeline of SPEC §4–§7 for one request.
-
-    With a ``memo`` (``core/memo.py``), a turn whose blocks, limits and expiry state an earlier
-    turn already decided reuses those decisions and only renders its data message; the result is
-    the same as without one.
+    """Run the whole pipeline (docs/contract.md, "Budget" to "Hashes") for one request.
 
     Raises:
-        InvalidError, AssemblyOverflowError, ContextOverflowError: as SPEC §9 describes.
+        InvalidError, AssemblyOverflowError, ContextOverflowError: as docs/contract.md, "Errors", describes.
     """
     options = request.options
     replaced = {setup.source: setup for setup in setups}
@@ -106,19 +80,9 @@ def assemble(
     live = [item for item in inputs if not item.failed]
     failed = frozenset(item.setup.source for item in inputs if item.failed)
     groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
-    digests = tuple((item.setup.source, item.digest or blocks_digest(item.blocks)) for item in live)
     source_order = [p.name for p in request.plugins if p.name in replaced]
     reserve = request.response_reserve + options.reasoning_reserve_tokens
-    key: MemoKey | None = None
-    entry: Entry | None = None
-    if memo is not None:
-        key = memo.key(digests, source_order, failed, counter, profile, options)
-        entry = memo.get(key, now)
-    # A memoised entry means these blocks passed validation and the protected checks before.
-    graph: dict[str, Node] | None = None
-    plan: CostPlan | None = None
-    if entry is None:
-        graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
+    graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
 
     history = request.history_messages  # empty when the provider holds the history (native)
     history_counts = count_history(request, counter, profile)
@@ -126,12 +90,11 @@ def assemble(
         options.layout, texts, request.tools, history_counts, request.input, counter, profile
     )
     remaining = capacity.tokens - reserve - fixed.total
-    if entry is not None:
-        demand = entry.demand
-    elif graph is not None and plan is not None:
-        demand = protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
-    else:
-        demand = 0  # no block at all
+    demand = (
+        protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
+        if plan is not None
+        else 0  # no block at all
+    )
     dropped = 0
     if remaining < demand and demand <= options.max_data_tokens:
         policy = options.history_policy
@@ -152,22 +115,23 @@ def assemble(
         remaining = capacity.tokens - reserve - fixed.total
     data_limit = min(options.max_data_tokens, remaining)
 
-    sel_key = selection_key(data_limit, options.max_data_tokens, options.source_token_limits)
-    outcome = entry.outcomes.get(sel_key) if entry is not None else None
-    if outcome is None:
-        if graph is None:  # memoised blocks, other limits: decide them afresh
-            graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
-        outcome, data_content = _select(
-            graph, plan, groups, source_order, now, data_limit, options, counter, profile, failed
-        )
-        if memo is not None and key is not None:
-            expiries = [n.expires_at for n in graph.values() if n.expires_at is not None]
-            memo.record(key, entry, sel_key, outcome, demand=demand, expiries=expiries, now=now)
-    else:
-        data_content = _render(outcome.segments, groups)
-    placed = place(options.layout, texts, request.tools, history, data_content, request.input)
+    selection = select(
+        graph,
+        source_order,
+        now=now,
+        data_limit=data_limit,
+        max_data_tokens=options.max_data_tokens,
+        source_limits=options.source_token_limits,
+        counter=counter,
+        profile=profile,
+        failed_sources=failed,
+        plan=plan,
+    )
+    placed = place(
+        options.layout, texts, request.tools, history, selection.data_content, request.input
+    )
     frame = Frame(messages=list(placed.messages), tools=list(placed.tools))
-    data_tokens = outcome.data_tokens
+    data_tokens = selection.data_tokens
     total = fixed.total + data_tokens
     opaque = fixed.opaque or any(c.opaque for c in history_counts)
 
@@ -199,7 +163,7 @@ def assemble(
         for item in _in_setup_order(setups, inputs)
     ]
     manifest = SelectionReport(
-        blocks=outcome.blocks,
+        blocks=_block_reports(graph, selection),
         sources=sources,
         max_data_tokens=options.max_data_tokens,
         selected_data_tokens=data_tokens,
@@ -231,12 +195,12 @@ def assemble(
         input_hash=input_hash(request.input),
         instructions_hash=text_hash(request.instructions),
         history=tuple(history),
-        selected_expiry=outcome.selected_expiry,
+        selected_expiry=tuple(
+            (qid, expires_at)
+            for qid in selection.order
+            if (expires_at := graph[qid].block.expires_at) is not None
+        ),
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
-        block_reports=outcome.blocks,
-        block_rows=outcome.block_rows,
-        block_decisions=outcome.decisions,
-        block_digests=digests,
     )
 
 
@@ -253,35 +217,12 @@ def _graph_and_plan(
     return graph, cost_plan(graph, source_order, counter, profile) if graph else None
 
 
-def _select(
-    graph: dict[str, Node],
-    plan: CostPlan | None,
-    groups: Sequence[SourceBlocks],
-    source_order: Sequence[str],
-    now: datetime,
-    data_limit: int,
-    options: AssemblyOptions,
-    counter: TokenCounter,
-    profile: ModelProfile,
-    failed: frozenset[str],
-) -> tuple[Outcome, str | None]:
-    """Select over ``graph``; the text-free outcome (what the memo keeps) and the data message."""
-    selection = select(
-        graph,
-        source_order,
-        now=now,
-        data_limit=data_limit,
-        max_data_tokens=options.max_data_tokens,
-        source_limits=options.source_token_limits,
-        counter=counter,
-        profile=profile,
-        failed_sources=failed,
-        plan=plan,
-    )
+def _block_reports(graph: dict[str, Node], selection: Selection) -> list[BlockReport]:
+    """The manifest's block reports, in rank order."""
     decisions = selection.decisions
     # One list validation in pydantic-core (~3 µs a block) instead of a model per block (~6 µs
     # with __init__, ~10 µs with model_construct).
-    blocks = BLOCK_REPORTS.validate_python(
+    return BLOCK_REPORTS.validate_python(
         [
             {
                 "source": node.source,
@@ -297,58 +238,6 @@ def _select(
             }
             for node in sorted(graph.values(), key=rank_key)
             for decision in (decisions[node.qid],)
-        ]
-    )
-    # Where each entered block sits in ``groups`` (the memo key's order), grouped by source in
-    # source order and in selection order within a source, as ``select`` renders them.
-    position: dict[str, int] = {}
-    offset = 0
-    for group in groups:
-        for index, block in enumerate(group.blocks):
-            position.setdefault(qualified(group.source, block.id), offset + index)
-        offset += len(group.blocks)
-    by_source: dict[str, list[tuple[int, bool]]] = {}
-    for qid in selection.order:
-        node = graph[qid]
-        by_source.setdefault(node.source, []).append(
-            (position[qid], decisions[qid].status == "projected")
-        )
-    segments = tuple(
-        Segment(source, *_unzip(by_source[source]))
-        for source in source_order
-        if source in by_source
-    )
-    expiry = tuple(
-        (qid, graph[qid].block.expires_at or "")
-        for qid in selection.order
-        if graph[qid].block.expires_at is not None
-    )
-    outcome = Outcome(
-        segments,
-        selection.data_tokens,
-        tuple(blocks),
-        pack_block_rows(blocks),
-        expiry,
-        decision_tally(blocks),
-    )
-    return outcome, selection.data_content
-
-
-def _unzip(pieces: Sequence[tuple[int, bool]]) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    """``(positions, projected)`` of a segment's ``(position, projected)`` pieces."""
-    return tuple(p for p, _ in pieces), tuple(v for _, v in pieces)
-
-
-def _render(segments: Sequence[Segment], groups: Sequence[SourceBlocks]) -> str | None:
-    """The data message of a memoised outcome, rendered from this request's blocks."""
-    if not segments:
-        return None
-    flat = [block for group in groups for block in group.blocks]
-    at = flat.__getitem__
-    return data_message(
-        [
-            (segment.source, zip(map(at, segment.positions), segment.projected, strict=True))
-            for segment in segments
         ]
     )
 

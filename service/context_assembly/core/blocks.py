@@ -1,4 +1,4 @@
-"""Block validation (SPEC §5.1) and the dependency graph.
+"""Block validation (docs/contract.md, "Block rules") and the dependency graph.
 
 Every rule that needs the request's limits or the whole set of blocks lives here, so that an error
 names the offending qualified ids (``source/id``) rather than a position in a JSON array.
@@ -85,9 +85,6 @@ _VALID_DEP = re.compile(rf"[^/\x00-\x1f\x7f-\x9f]+/[^\x00-\x1f\x7f-\x9f]{{1,{MAX
 
 
 def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
-    # Of the options, only ``max_block_characters`` is read: the service keys its record of
-    # answers that passed on it (``preparations.targets.PassedChecks``); reading another option
-    # here means adding it to that key.
     qid = source + "/" + block.id
     if not _VALID_ID.fullmatch(block.id):
         _check_id(block.id, "id", qid)
@@ -144,7 +141,7 @@ def _check_block(source: str, block: Block, options: AssemblyOptions) -> Node:
 
 
 def check_source_blocks(source: str, blocks: Iterable[Block], options: AssemblyOptions) -> None:
-    """The rules of SPEC §5.1 that one source's blocks can break alone: each block's own rules,
+    """The rules (docs/contract.md, "Block rules") that one source's blocks can break alone: each block's own rules,
     duplicate ids, more than ``max_blocks`` blocks, and a dependency cycle among them. What only
     several sources together break (the total over ``max_blocks``, a cycle through two sources)
     is ``build_graph``'s.
@@ -171,7 +168,7 @@ def build_graph(sources: Iterable[SourceBlocks], options: AssemblyOptions) -> di
     """Validate every block and return the graph keyed by qualified id.
 
     Raises:
-        InvalidError: naming the offending block(s) for any rule of SPEC §5.1: malformed ids,
+        InvalidError: naming the offending block(s) for any rule of docs/contract.md, "Block rules": malformed ids,
             oversize text, priority out of range, unqualified dependencies, bad expiry, more than
             ``max_blocks`` blocks, duplicate qualified ids, or a dependency cycle.
     """

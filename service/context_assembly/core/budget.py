@@ -1,4 +1,4 @@
-"""The token budget (SPEC §4) and opt-in history compaction.
+"""The token budget (docs/contract.md, "Budget") and opt-in history compaction.
 
 ::
 

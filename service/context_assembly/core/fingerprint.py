@@ -1,4 +1,4 @@
-"""Hashes of a preparation (SPEC §7): fingerprint, stable-prefix hash and input hash.
+"""Hashes of a preparation (docs/contract.md, "Hashes"): fingerprint, stable-prefix hash and input hash.
 
 All three are ``sha256:`` of canonical JSON (sorted keys, compact, UTF-8). The fingerprint is a
 local diagnostic over model, tenant, scope, render target and the rendered request (messages and

@@ -10,5 +10,7 @@ from context_assembly.core.request import Frozen, Message, Tool
 class Frame(Frozen):
     """Messages in dispatch order and the tool definitions, as the host will send them."""
 
-    messages: list[Message] = Field(default_factory=list)
-    tools: list[Tool] = Field(default_factory=list)
+    messages: list[Message] = Field(
+        default_factory=list, description="The messages, in dispatch order."
+    )
+    tools: list[Tool] = Field(default_factory=list, description="The tool definitions.")

@@ -1,4 +1,4 @@
-"""Prompt layouts (SPEC §6): where instructions, legacy views, the date line and data go.
+"""Prompt layouts (docs/contract.md, "Layouts"): where instructions, legacy views, the date line and data go.
 
 ``legacy``: one leading *system* message with host instructions, plugin instructions, the legacy
 plugin views and the current date/time; then history; then the data message; then the input.

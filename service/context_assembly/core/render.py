@@ -1,8 +1,8 @@
-"""Provider renderers: the neutral frame as an OpenAI, Anthropic or Gemini request body (SPEC §6).
+"""Provider renderers: the neutral frame as an OpenAI, Anthropic or Gemini request body (docs/contract.md, "Provider renders").
 
 ``render_frame`` is a pure function of the frame: same frame, same body; the frame is never
 mutated and the body shares no mutable object with it. The service creates no provider cache and
-promises no hit (SPEC §6): only when a request opts in with ``cache`` does the body carry the
+promises no hit (docs/contract.md, "Provider renders"): only when a request opts in with ``cache`` does the body carry the
 directives its cache plan chose (``CacheDirectives``, planned in ``core/cache.py``):
 
 - Anthropic: ``cache_control: {"type": "ephemeral"}`` (plus ``"ttl": "1h"`` for a one-hour

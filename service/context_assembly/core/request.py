@@ -1,13 +1,14 @@
-"""Wire models of a prepare request (SPEC §3.1); the field names are the public contract.
+"""Wire models of a prepare request (docs/api.md, "POST /v1/prepare"); the field names are the public contract.
 
 Models are frozen and reject unknown fields. Shape and option ranges are checked here; the block
-rules of SPEC §5.1 that need the whole request (limits, duplicates, cycles) live in ``blocks.py``
+rules (docs/contract.md, "Block rules") that need the whole request (limits, duplicates, cycles) live in ``blocks.py``
 so that their errors can name the offending ``source/id``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
 import orjson
@@ -27,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from context_assembly.core.provider_messages import (
@@ -76,25 +78,69 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_encodable)]
 JsonValue = Annotated[Any, AfterValidator(_encodable)]
 
 
+def wire_schema(schema: JsonDict, cls: type[Any] | None = None) -> None:
+    """How a wire model's JSON schema reads in the OpenAPI document: its properties carry a
+    description and no title. ReDoc labels each member of a union with the property's title when
+    the member has none, so an optional field read ``Model (string) or Model (null) (Model)``;
+    untitled, it reads ``string or null``. (A ``json_schema_extra`` hook of every wire model.)"""
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for prop in properties.values():
+            if isinstance(prop, dict):
+                prop.pop("title", None)
+
+
+def refusing(*cases: tuple[str, JsonDict]) -> Callable[[JsonDict, type[Any]], None]:
+    """A ``json_schema_extra`` hook that also says, in the schema, which combinations of fields
+    the model refuses (``not`` any of ``cases``, each described). A field that is absent or
+    ``null`` counts as not given, as the model reads it."""
+
+    def extra(schema: JsonDict, cls: type[Any]) -> None:
+        wire_schema(schema, cls)
+        schema["not"] = {"anyOf": [{"description": why, **case} for why, case in cases]}
+
+    return extra
+
+
+def given(**types: str) -> JsonDict:
+    """The schema of an object in which each named field is given (present, not ``null``) with
+    its JSON type."""
+    return {
+        "required": list(types),
+        "properties": {name: {"type": json_type} for name, json_type in types.items()},
+    }
+
+
+def not_given(*fields: str) -> JsonDict:
+    """The schema of an object in which none of ``fields`` is given (each absent or ``null``)."""
+    return {"properties": {name: {"type": "null"} for name in fields}}
+
+
 class Frozen(BaseModel):
     """Base of every wire value: immutable, unknown fields refused."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=wire_schema)
 
 
 # --------------------------------------------------------------------------- messages
 
 
 class TextPart(Frozen):
-    type: Literal["text"]
-    text: StrictStr
+    """A text part of a message's content."""
+
+    type: Literal["text"] = Field(description="Always `text`.")
+    text: StrictStr = Field(description="The text.")
 
 
 class OpaquePart(BaseModel):
-    """An image, file or provider-opaque item: carried through as given, counted conservatively."""
+    """An image, a file or another item the service cannot read: carried through as given, with
+    any other fields it has, and counted with a conservative figure (it sets
+    `selection.opaque_or_multimodal`)."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
-    type: Literal["image", "file", "opaque"]
+    model_config = ConfigDict(frozen=True, extra="allow", json_schema_extra=wire_schema)
+    type: Literal["image", "file", "opaque"] = Field(
+        description="`image`, `file` or `opaque`; the part's other fields are kept as given."
+    )
 
     @model_validator(mode="after")
     def _extra_encodable(self) -> OpaquePart:
@@ -103,19 +149,28 @@ class OpaquePart(BaseModel):
 
 
 class NativePart(Frozen):
-    """A provider's own content item, carried as given (``core/provider_messages.py``): the
-    renderer of ``format`` sends ``item`` back unchanged; another renderer refuses it by name.
+    """A provider's own content item that the neutral shape has no words for (a thinking block,
+    a server-tool result, ...), carried as given: the render of its `format` sends `item` back
+    unchanged; another render refuses it, naming the frame message and part."""
 
-    ``text`` is what the service counts for it (exact); without it the part counts as an image
-    or a file (``media``) or as its compact JSON, and makes the counts uncertain.
-    """
-
-    type: Literal["native"]
-    format: ProviderFormat
-    item: JsonObject
-    text: StrictStr | None = Field(default=None, exclude_if=lambda value: value is None)
+    # Read from provider-shaped messages by ``core/provider_messages.py``. ``text`` is what the
+    # service counts for it (exact); without it the part counts as an image or a file
+    # (``media``) or as its compact JSON, and makes the counts uncertain.
+    type: Literal["native"] = Field(description="Always `native`.")
+    format: ProviderFormat = Field(
+        description="The provider format the item comes from: the only render that sends it."
+    )
+    item: JsonObject = Field(description="The provider's content item, sent back unchanged.")
+    text: StrictStr | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The item's text, counted exactly; absent when it has none.",
+    )
     media: Literal["image", "file"] | None = Field(
-        default=None, exclude_if=lambda value: value is None
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="`image` or `file` when the item is one: counted with a conservative figure. "
+        "An item with neither `text` nor `media` counts as its compact JSON.",
     )
 
 
@@ -130,35 +185,72 @@ def _no_fields(value: object) -> bool:
     return value is None
 
 
+_PROVIDER_FIELDS = (
+    "fields of the provider's shape that the neutral one has no place for, under the format's "
+    "name; sent back by that format's render only"
+)
+
+
 class ToolCall(Frozen):
-    id: StrictStr
-    name: StrictStr
-    arguments: StrictStr | JsonObject = ""
-    provider_fields: ProviderFields | None = Field(default=None, exclude_if=_no_fields)
+    """A tool call of an assistant message."""
+
+    id: StrictStr = Field(description="The call's id; the `tool` message that answers it names it.")
+    name: StrictStr = Field(description="The name of the tool called.")
+    arguments: StrictStr | JsonObject = Field(
+        default="", description="The arguments: the JSON text the model wrote, or an object."
+    )
+    provider_fields: ProviderFields | None = Field(
+        default=None,
+        exclude_if=_no_fields,
+        description=f"The call's {_PROVIDER_FIELDS}.",
+    )
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class Message(Frozen):
-    role: Role
-    content: StrictStr | list[Part] = ""
-    name: StrictStr | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: StrictStr | None = None
-    provider_fields: ProviderFields | None = Field(default=None, exclude_if=_no_fields)
+    """A message of the neutral shape. `history` and `input` also take OpenAI Chat, Anthropic
+    Messages and OpenAI Responses messages, read into this shape with nothing lost."""
+
+    role: Role = Field(description="`system`, `developer`, `user`, `assistant` or `tool`.")
+    content: StrictStr | list[Part] = Field(
+        default="",
+        description="Text, or a list of parts: `text`, `image`, `file`, `opaque` or `native`.",
+    )
+    name: StrictStr | None = Field(default=None, description="The author's name, if any.")
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, description="An assistant message's tool calls."
+    )
+    tool_call_id: StrictStr | None = Field(
+        default=None, description="A `tool` message's answer to this call id."
+    )
+    provider_fields: ProviderFields | None = Field(
+        default=None,
+        exclude_if=_no_fields,
+        description=f"The message's {_PROVIDER_FIELDS} (a Responses item's `id` and `status`).",
+    )
 
 
 class Tool(Frozen):
-    """A tool definition. ``strict: true`` asks the provider to hold the model's arguments to the
-    schema (OpenAI and Anthropic); the schema must then be strict-compatible
-    (``core/strict_schema.py``). Left out of dumps when false, so that the counts and hashes of a
-    tool without it stay as they were."""
+    """A tool definition, sent with the frame in the provider's own form."""
 
-    name: StrictStr = Field(min_length=1, max_length=256)
-    description: StrictStr = ""
-    parameters: JsonObject = Field(default_factory=dict)
-    strict: StrictBool = Field(default=False, exclude_if=lambda value: value is False)
+    # ``strict`` is checked by ``core/strict_schema.py``, and left out of dumps when false, so
+    # that the counts and hashes of a tool without it match those of a tool that never had it.
+    name: StrictStr = Field(min_length=1, max_length=256, description="The tool's name.")
+    description: StrictStr = Field(default="", description="What the tool does, for the model.")
+    parameters: JsonObject = Field(
+        default_factory=dict, description="The JSON schema of the tool's arguments."
+    )
+    strict: StrictBool = Field(
+        default=False,
+        exclude_if=lambda value: value is False,
+        description="Ask the provider to hold the model's arguments to `parameters` (OpenAI "
+        "Chat `function.strict`, Anthropic `strict`; the Responses render always sends `strict`; "
+        "Gemini has no such flag). The schema must then be strict-compatible: the root is an "
+        "object schema, and every object sets `additionalProperties: false` and lists all its "
+        "`properties` in `required`.",
+    )
 
     @model_validator(mode="after")
     def _strict_compatible(self) -> Tool:
@@ -173,9 +265,23 @@ class Tool(Frozen):
 
 
 class Plugin(Frozen):
-    name: StrictStr = Field(min_length=1, max_length=256)
-    instructions: StrictStr | None = None
-    content: StrictStr | None = None
+    """A plugin of the host: its instructions, and its legacy content view unless a source of
+    this request (a contributor, an inline contribution or the whiteboard) replaces it."""
+
+    name: StrictStr = Field(
+        min_length=1,
+        max_length=256,
+        description="The plugin's name; each source of the request names the plugin it replaces.",
+    )
+    instructions: StrictStr | None = Field(
+        default=None,
+        description="The plugin's instructions, in the leading system message under its name.",
+    )
+    content: StrictStr | None = Field(
+        default=None,
+        description="The plugin's legacy content view, placed as it is (`legacy_data_tokens`) "
+        "unless a source replaces it.",
+    )
 
 
 # --------------------------------------------------------------------------- blocks and sources
@@ -186,6 +292,23 @@ Revision = StrictStr | StrictInt | StrictFloat
 # 64 bits; a larger one would fail there, as a 500. Signed, as most JSON parsers keep them exactly.
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
+# The priorities a block may have (docs/contract.md, "Block rules"): enforced by the block rules
+# (``blocks.py``) and stated in the schema.
+MIN_PRIORITY: Final = -1000
+MAX_PRIORITY: Final = 1000
+
+
+# The schema of a revision: the integer member says the 64-bit range (as floats, the form
+# OpenAPI bounds take: -2**63 and 2**63 are exact, hence the exclusive maximum). A JSON number
+# cannot be told from an integer by its schema, so a large integer still matches ``number``;
+# the description says the rule.
+REVISION_SCHEMA: Final[JsonDict] = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "integer", "minimum": INT64_MIN, "exclusiveMaximum": INT64_MAX + 1},
+        {"type": "number"},
+    ]
+}
 
 
 def finite_revision(value: Revision) -> Revision:
@@ -198,31 +321,91 @@ def finite_revision(value: Revision) -> Revision:
 
 
 class Block(Frozen):
-    """One piece of source data. Field rules needing the request's limits are in ``blocks.py``."""
+    """One piece of source data: selected in full, projected (its shorter `projection` sent
+    instead) or omitted, each with a reason."""
 
-    id: StrictStr
-    text: StrictStr
-    # Within 64 bits here, so that any block can be hashed; the range SPEC §5.1 allows
-    # (-1000..1000) is a block rule (``blocks.py``), reported with the block's id. The schema
-    # stays a plain integer (OpenAPI's bounds are floats, which cannot say 2**63 - 1).
+    # Field rules needing the request's limits are in ``blocks.py``.
+    id: StrictStr = Field(
+        description="The block's id, unique in its source; other blocks name it `source/id`."
+    )
+    text: StrictStr = Field(
+        description="The text the model reads in the data message (at most "
+        "`assembly.max_block_characters` characters)."
+    )
+    # Within 64 bits here, so that any block can be hashed; the range the block rules allow
+    # (-1000..1000, docs/contract.md) is checked in ``blocks.py`` and reported with the block's
+    # id. The schema says that range, which the service enforces for every block of a request.
     priority: Annotated[
-        StrictInt, Field(ge=INT64_MIN, le=INT64_MAX), WithJsonSchema({"type": "integer"})
-    ] = 0
-    protected: StrictBool = False
-    dependencies: list[StrictStr] = Field(default_factory=list)
-    expires_at: StrictStr | None = None
-    projection: StrictStr | None = None
+        StrictInt,
+        Field(ge=INT64_MIN, le=INT64_MAX),
+        WithJsonSchema({"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY}),
+    ] = Field(
+        default=0,
+        description="Optional blocks are chosen by priority, highest first (ties by `source/id`).",
+    )
+    protected: StrictBool = Field(
+        default=False,
+        description="Always selected, with its dependencies; a request whose protected blocks do "
+        "not fit the data limit is refused (`CONTEXT_ASSEMBLY_OVERFLOW`).",
+    )
+    dependencies: list[StrictStr] = Field(
+        default_factory=list,
+        description="Blocks this one needs, as `source/id`: it is chosen only with all of them.",
+    )
+    expires_at: StrictStr | None = Field(
+        default=None,
+        description="An RFC 3339 time after which the block is omitted as `expired` (an expired "
+        "protected block, or protected block's dependency, is a `422`).",
+    )
+    projection: StrictStr | None = Field(
+        default=None,
+        description="A shorter text sent instead when the full text does not fit (`projected`).",
+    )
+
+
+_INSTRUCTIONS = (
+    "Instructions that replace the plugin's for this request (`null` drops them); absent, the "
+    "plugin's own stay."
+)
+_RECOVERY_TOOL = (
+    "A tool the model can call to read an entry that is not shown; the plugin's note names it."
+)
 
 
 class ContributorRef(Frozen):
-    """A remote webhook contributor: a registered ``endpoint`` name or an inline ``url``."""
+    """A webhook contributor the service calls during the prepare, within `assembly.timeout_ms`:
+    a registered `endpoint` or an allowlisted `url` (exactly one)."""
 
-    source: StrictStr = Field(min_length=1)
-    endpoint: StrictStr | None = None
-    url: StrictStr | None = None
-    instructions: StrictStr | None = None
-    failure_policy: Literal["fail", "omit"] | None = None
-    recovery_tool: StrictStr | None = None
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra=refusing(
+            ("both `endpoint` and `url`", given(endpoint="string", url="string")),
+            ("neither `endpoint` nor `url`", not_given("endpoint", "url")),
+        ),
+    )
+
+    source: StrictStr = Field(
+        min_length=1, description="The plugin whose content view the answered blocks replace."
+    )
+    endpoint: StrictStr | None = Field(
+        default=None,
+        description="The name of a contributor registered in the configuration "
+        "(`[contributors.<name>]`).",
+    )
+    url: StrictStr | None = Field(
+        default=None,
+        description="An inline contributor URL; only one the `[inline_urls]` allowlist admits, "
+        "resolving to an allowed address (else `CONTRIBUTOR_URL_REJECTED`).",
+    )
+    instructions: StrictStr | None = Field(default=None, description=_INSTRUCTIONS)
+    failure_policy: Literal["fail", "omit"] | None = Field(
+        default=None,
+        description="When the call fails: `fail` fails the prepare (`502`, or `504` past the "
+        "deadline); `omit` leaves the source out and goes on. Absent: the registration's "
+        "policy, `fail` for a `url`.",
+    )
+    recovery_tool: StrictStr | None = Field(default=None, description=_RECOVERY_TOOL)
 
     @model_validator(mode="after")
     def _one_target(self) -> ContributorRef:
@@ -232,64 +415,100 @@ class ContributorRef(Frozen):
 
 
 class Contribution(Frozen):
-    """Blocks the host already has, carried in the request (an inline contributor)."""
+    """Blocks the host already has, sent in the request (an inline source)."""
 
-    source: StrictStr = Field(min_length=1)
-    revision: Revision
-    blocks: list[Block] = Field(default_factory=list)
-    instructions: StrictStr | None = None
-    recovery_tool: StrictStr | None = None
+    source: StrictStr = Field(
+        min_length=1, description="The plugin whose content view these blocks replace."
+    )
+    revision: Annotated[Revision, WithJsonSchema(REVISION_SCHEMA)] = Field(
+        description="The version of these blocks: a string, a finite number or an integer "
+        "within signed 64 bits."
+    )
+    blocks: list[Block] = Field(default_factory=list, description="The blocks.")
+    instructions: StrictStr | None = Field(default=None, description=_INSTRUCTIONS)
+    recovery_tool: StrictStr | None = Field(default=None, description=_RECOVERY_TOOL)
 
     _revision_finite = field_validator("revision")(finite_revision)
 
 
 class WhiteboardEntry(Frozen):
-    key: StrictStr
-    description: StrictStr = ""
-    value: JsonValue = None
-    priority: Literal["low", "normal", "high", "critical"] = "normal"
+    """One saved entry: a block whose text is the description, a newline and the value, and whose
+    projection is the description."""
+
+    key: StrictStr = Field(description="The entry's key: its block id.")
+    description: StrictStr = Field(
+        default="",
+        description="What the entry holds: the first line of its text, and its projection.",
+    )
+    value: JsonValue = Field(
+        default=None, description="Any JSON: a string as it is, anything else as compact JSON."
+    )
+    priority: Literal["low", "normal", "high", "critical"] = Field(
+        default="normal",
+        description="`low`, `normal` or `high` rank the entry among optional blocks; a "
+        "`critical` entry is protected.",
+    )
 
 
 class Whiteboard(Frozen):
-    source: StrictStr = Field(min_length=1)
-    entries: list[WhiteboardEntry] = Field(default_factory=list)
-    recovery_tool: StrictStr | None = None
+    """Entries the host keeps (a memory, a scratchpad), turned into the blocks of one source."""
+
+    source: StrictStr = Field(
+        min_length=1, description="The plugin whose content view the entries replace."
+    )
+    entries: list[WhiteboardEntry] = Field(default_factory=list, description="The entries.")
+    recovery_tool: StrictStr | None = Field(default=None, description=_RECOVERY_TOOL)
 
 
 class Scope(Frozen):
-    account_id: StrictStr | None = None
-    connector_accounts: dict[str, StrictStr] = Field(default_factory=dict)
-    task_id: StrictStr | None = None
-    principal: StrictStr | None = None
-    identities: list[StrictStr] = Field(default_factory=list)
-    roles: list[StrictStr] = Field(default_factory=list)
+    """Whom and what the call is for. Contributors receive it; validate, refresh and repair refuse
+    a changed one (`scope_changed`); the turns of one tenant and scope form a conversation (cache
+    plans, the timeline)."""
+
+    account_id: StrictStr | None = Field(default=None, description="The account the call is for.")
+    connector_accounts: dict[str, StrictStr] = Field(
+        default_factory=dict, description="Per connector, the account the call uses there."
+    )
+    task_id: StrictStr | None = Field(default=None, description="The task the call belongs to.")
+    principal: StrictStr | None = Field(
+        default=None, description="Who the agent acts for (a user or a service)."
+    )
+    identities: list[StrictStr] = Field(
+        default_factory=list, description="The principal's identities."
+    )
+    roles: list[StrictStr] = Field(default_factory=list, description="The principal's roles.")
 
 
 # --------------------------------------------------------------------------- history and routing
 
 
 class NativeHistory(Frozen):
-    """The conversation is held by the provider (a previous response id, a server-side compacted
-    item): the service never sees it and cannot hash, count or compact it.
+    """A conversation the provider holds (a previous response id, a server-side compacted item):
+    the service never sees it, so it cannot hash, count or compact it. The frame carries no
+    history messages; the provider-held state goes right after the leading instructions."""
 
-    ``provider_counted_tokens`` is the provider's count of that held state: the tokens the
-    provider adds to what this request sends (instructions, tools, data and input are sent fresh
-    and counted by the service). It replaces the counted history in the budget.
-    ``opaque`` (default true) says the held state may contain items whose content the service
-    cannot know (compacted or encrypted items); it sets ``selection.opaque_or_multimodal``.
-    """
-
-    native: Literal[True]
-    provider_counted_tokens: StrictInt = Field(ge=0, le=100_000_000)
-    opaque: StrictBool = True
+    native: Literal[True] = Field(description="Always `true`: the provider holds the history.")
+    provider_counted_tokens: StrictInt = Field(
+        ge=0,
+        le=100_000_000,
+        description="The provider's count of the state it holds: the tokens it adds to what this "
+        "request sends. The budget's history term.",
+    )
+    opaque: StrictBool = Field(
+        default=True,
+        description="The held state may contain items whose content the service cannot know "
+        "(compacted or encrypted); sets `selection.opaque_or_multimodal`.",
+    )
 
 
 class Routing(Frozen):
-    """Managed routing over ``models``: ``first_fit`` takes the first candidate, in the request's
-    preference order, whose window fits the fixed content, the protected closure and the reserves.
-    """
+    """Managed routing over `models`."""
 
-    policy: Literal["first_fit"] = "first_fit"
+    policy: Literal["first_fit"] = Field(
+        default="first_fit",
+        description="`first_fit`: the first candidate, in the order of `models`, whose window "
+        "holds the fixed content, the reserves and the protected blocks.",
+    )
 
 
 ModelName = Annotated[StrictStr, Field(min_length=1, max_length=256)]
@@ -301,23 +520,75 @@ _MESSAGES = TypeAdapter(list[Message])
 
 
 class HistoryPolicy(Frozen):
-    mode: Literal["none", "drop_oldest"] = "none"
-    keep_last_messages: StrictInt = Field(default=2, ge=0, le=MAX_OPTION)
+    """What happens when the frame does not fit the window."""
+
+    mode: Literal["none", "drop_oldest"] = Field(
+        default="none",
+        description="`none`: the history stays whole, and a frame that cannot fit is "
+        "`CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call "
+        "with its results) until it fits.",
+    )
+    keep_last_messages: StrictInt = Field(
+        default=2,
+        ge=0,
+        le=MAX_OPTION,
+        description="With `drop_oldest`: how many of the newest messages are never dropped.",
+    )
 
 
 TokenLimit = Annotated[StrictInt, Field(ge=0, le=MAX_OPTION)]
 
 
 class AssemblyOptions(Frozen):
-    max_data_tokens: TokenLimit = 2048
-    source_token_limits: dict[str, TokenLimit] = Field(default_factory=dict)
-    layout: Literal["legacy", "stable-prefix"] = "legacy"
-    reasoning_reserve_tokens: TokenLimit = 0
-    timeout_ms: StrictInt = Field(default=1000, ge=1, le=30_000)
-    max_blocks: StrictInt = Field(default=128, ge=0, le=2048)
-    max_block_characters: StrictInt = Field(default=65_536, ge=1, le=MAX_OPTION)
-    tokenizer: Literal["auto", "o200k_base", "cl100k_base", "estimate"] = "auto"
-    history_policy: HistoryPolicy = Field(default_factory=HistoryPolicy)
+    """How the frame is assembled: the data limits, the layout, the contributors' deadline."""
+
+    max_data_tokens: TokenLimit = Field(
+        default=2048,
+        description="The most tokens the data message may take; the data limit is the smaller of "
+        "this and the window left after the fixed parts and the reserves.",
+    )
+    source_token_limits: dict[str, TokenLimit] = Field(
+        default_factory=dict,
+        description="Per source (a plugin's name), the most tokens its blocks may take.",
+    )
+    layout: Literal["legacy", "stable-prefix"] = Field(
+        default="legacy",
+        description="`legacy`: one leading system message with the instructions, the legacy "
+        "views and the date line. `stable-prefix`: the system message holds only the "
+        "instructions and tools are sorted by name, so the prefix stays the same from turn to "
+        "turn; the legacy views and the date line follow the history in a developer message.",
+    )
+    reasoning_reserve_tokens: TokenLimit = Field(
+        default=0,
+        description="Tokens kept free for reasoning or thinking, beside `response_reserve`.",
+    )
+    timeout_ms: StrictInt = Field(
+        default=1000,
+        ge=1,
+        le=30_000,
+        description="The one deadline of all contributor calls of the prepare, in milliseconds.",
+    )
+    max_blocks: StrictInt = Field(
+        default=128,
+        ge=0,
+        le=2048,
+        description="The most blocks the preparation may have (all sources together).",
+    )
+    max_block_characters: StrictInt = Field(
+        default=65_536,
+        ge=1,
+        le=MAX_OPTION,
+        description="The longest text or projection a block may have, in characters.",
+    )
+    tokenizer: Literal["auto", "o200k_base", "cl100k_base", "estimate"] = Field(
+        default="auto",
+        description="`auto`: the model's own tokenizer, or the conservative `estimate` for a "
+        "model without a public one; or one named here.",
+    )
+    history_policy: HistoryPolicy = Field(
+        default_factory=HistoryPolicy,
+        description="Whether the oldest history may be dropped when the frame does not fit.",
+    )
 
 
 DEFAULT_ASSEMBLY = AssemblyOptions()
@@ -329,25 +600,39 @@ PREPARATION_ID_PATTERN: Final = r"^prep_[A-Za-z0-9_-]+$"
 
 
 class CacheOptions(Frozen):
-    """Provider cache directives the caller opts in to, and the turn to explain this one against.
+    """Provider cache directives, and the turn to explain this one against (`selection.cache`).
+    The service creates no cache, calls no provider and promises no hit."""
 
-    ``breakpoints``: for ``render: "anthropic"`` the body carries ``cache_control`` markers where
-    ``core/cache.py`` plans them (``neutral`` shows the plan in the manifest only; the other
-    renderers ignore it). ``ttl``: the markers' lifetime. ``key``: the OpenAI
-    ``prompt_cache_key`` (``openai-chat``, ``openai-responses``): this string, or for ``"auto"``
-    a short hash of tenant and scope. ``retention``: OpenAI's ``prompt_cache_retention``.
-
-    ``previous_preparation_id``: absent means the previous turn is the latest preparation of the
-    same tenant and scope; ``null`` means this is a first turn (``previous_given`` tells the two
-    apart); else the id of the previous turn's preparation.
-    """
-
-    breakpoints: StrictBool = False
-    ttl: Literal["5m", "1h"] = "5m"
-    key: StrictStr | None = Field(default=None, min_length=1, max_length=64)
-    retention: Literal["in_memory", "24h"] | None = None
+    # ``core/cache.py`` plans the markers. ``previous_given`` tells an absent
+    # ``previous_preparation_id`` from a ``null`` one.
+    breakpoints: StrictBool = Field(
+        default=False,
+        description='With `render: "anthropic"`, `cache_control` markers (at most 4) after the '
+        "last tool, after the leading system content and on the last history message, each only "
+        "where the tokens up to it reach the model's minimum cacheable length. `neutral` reports "
+        "the plan without markers; the other renders ignore it.",
+    )
+    ttl: Literal["5m", "1h"] = Field(
+        default="5m", description='The markers\' lifetime; `1h` adds `"ttl": "1h"` to each.'
+    )
+    key: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="OpenAI renders: the body's `prompt_cache_key`, this string or, for `auto`, "
+        "one derived from tenant and scope (the same for every turn of the scope, never the "
+        "scope's values).",
+    )
+    retention: Literal["in_memory", "24h"] | None = Field(
+        default=None, description="OpenAI renders: the body's `prompt_cache_retention`."
+    )
     previous_preparation_id: StrictStr | None = Field(
-        default=None, max_length=128, pattern=PREPARATION_ID_PATTERN
+        default=None,
+        max_length=128,
+        pattern=PREPARATION_ID_PATTERN,
+        description="The turn to compare with. Absent: the latest preparation of the same tenant "
+        "and scope. `null`: a first turn. An id no live preparation of the tenant has is "
+        "compared with nothing (`prefix_kept: null`).",
     )
 
     @property
@@ -395,48 +680,133 @@ def _field_error(field: str, message: str) -> ValidationError:
 
 
 class PrepareRequest(Frozen):
-    """The body of ``POST /v1/prepare`` and ``POST /v1/budget``, and the CLI's input.
+    """The body of `POST /v1/prepare`, `POST /v1/budget` and `POST /v1/preparations/{id}/refresh`:
+    the model (or the candidates of routing), the budget, the host's own parts (`instructions`,
+    `plugins`, `tools`, `history`, `input`) and the sources (`contributors`, `contributions`,
+    `whiteboard`). Give exactly one of `model` and `models`."""
 
-    Give exactly one of ``model`` (one model, as always) or ``models`` (1..8 distinct candidates
-    in preference order, managed routing; ``routing`` defaults to ``{"policy": "first_fit"}`` and
-    is refused without ``models``). With ``models`` each candidate's capacity comes from the model
-    registry (else the fallback window), so ``max_context_tokens`` is refused as ambiguous: one
-    host figure cannot be every candidate's window (``max_context_source`` is then unused, as it
-    is whenever ``max_context_tokens`` is absent). The response's ``model`` is the chosen
-    candidate and the preparation is bound to it.
+    # Also the CLI's input. With ``models`` the response's ``model`` is the chosen candidate and
+    # the preparation is bound to it; ``max_context_source`` is unused whenever
+    # ``max_context_tokens`` is absent. Without ``cache`` the answer is what it is without the
+    # field (``core/cache.py``).
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra=refusing(
+            ("both `model` and `models`", given(model="string", models="array")),
+            ("neither `model` nor `models`", not_given("model", "models")),
+            (
+                "`max_context_tokens` with `models`",
+                given(models="array", max_context_tokens="integer"),
+            ),
+            (
+                "`routing` without `models`",
+                {
+                    "required": ["routing"],
+                    "properties": {"routing": {"type": "object"}, "models": {"type": "null"}},
+                },
+            ),
+        ),
+    )
 
-    ``history`` is either the message list (as always) or a ``NativeHistory`` object when
-    the provider holds the conversation: the budget then takes ``provider_counted_tokens`` as the
-    history term, and the frame carries no history messages (the provider-held state sits right
-    after the leading instructions message; everything else is assembled fresh after it).
-
-    ``cache`` (``CacheOptions``) opts in to provider cache directives and to ``selection.cache``
-    (``core/cache.py``); without it the answer is what it is without the field.
-    """
-
-    model: StrictStr | None = Field(default=None, min_length=1, max_length=256)
-    models: list[ModelName] | None = Field(default=None, min_length=1, max_length=MAX_MODELS)
-    routing: Routing | None = None
-    max_context_tokens: StrictInt | None = Field(default=None, ge=1, le=100_000_000)
-    max_context_source: Literal["host", "provider"] = "host"
-    response_reserve: StrictInt = Field(default=4096, ge=0, le=100_000_000)
-    assembly: AssemblyOptions | None = None
-    instructions: StrictStr = ""
-    plugins: list[Plugin] = Field(default_factory=list)
-    tools: list[Tool] = Field(default_factory=list)
-    history: list[Message] | NativeHistory = Field(default_factory=list)
-    input: list[Message] = Field(default_factory=list)
-    contributors: list[ContributorRef] = Field(default_factory=list)
-    contributions: list[Contribution] = Field(default_factory=list)
-    whiteboard: Whiteboard | None = None
-    scope: Scope = Field(default_factory=Scope)
-    timezone: StrictStr = "UTC"
-    render: Render = "neutral"
+    model: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="The model the frame is for: its tokenizer, window and framing come from the "
+        "model registry (`GET /v1/models`). Exactly one of `model` and `models`.",
+    )
+    models: list[ModelName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_MODELS,
+        description="Managed routing: distinct candidate models in order of preference; the "
+        "answer's `model` is the first whose window fits (`selection.routing` says why). "
+        "Exactly one of `model` and `models`.",
+    )
+    routing: Routing | None = Field(
+        default=None,
+        description="The routing policy over `models` (only with `models`; default "
+        '`{"policy": "first_fit"}`).',
+    )
+    max_context_tokens: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="The model's context window as the host knows it. Absent: the model "
+        "registry's, else 128,000. Not with `models`: each candidate's window is the registry's.",
+    )
+    max_context_source: Literal["host", "provider"] = Field(
+        default="host",
+        description="Who gave `max_context_tokens`, reported as `budget.capacity_source`.",
+    )
+    response_reserve: StrictInt = Field(
+        default=4096,
+        ge=0,
+        le=100_000_000,
+        description="Tokens kept free for the answer. A provider render carries it, plus "
+        "`assembly.reasoning_reserve_tokens`, as the frame's output limit (at least 1).",
+    )
+    assembly: AssemblyOptions | None = Field(
+        default=None, description="The data limits, the layout and the contributors' deadline."
+    )
+    instructions: StrictStr = Field(
+        default="", description="The host's instructions: the start of the leading system message."
+    )
+    plugins: list[Plugin] = Field(
+        default_factory=list,
+        description="The host's plugins; each source of the request replaces one's content view.",
+    )
+    tools: list[Tool] = Field(default_factory=list, description="The tools sent with the frame.")
+    history: list[Message] | NativeHistory = Field(
+        default_factory=list,
+        description="The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or "
+        'OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it.',
+    )
+    input: list[Message] = Field(
+        default_factory=list,
+        description="This turn's messages (the shapes `history` takes), placed last.",
+    )
+    contributors: list[ContributorRef] = Field(
+        default_factory=list,
+        description="Webhook sources the service calls, in parallel under one deadline.",
+    )
+    contributions: list[Contribution] = Field(
+        default_factory=list, description="Inline sources: blocks the host sends itself."
+    )
+    whiteboard: Whiteboard | None = Field(
+        default=None, description="Saved entries turned into the blocks of one source."
+    )
+    scope: Scope = Field(
+        default_factory=Scope,
+        description="Whom and what the call is for: sent to contributors, and the conversation "
+        "that cache plans and the timeline follow.",
+    )
+    timezone: StrictStr = Field(
+        default="UTC", description="The IANA time zone of the date and time line."
+    )
+    render: Render = Field(
+        default="neutral",
+        description="The frame's shape: `neutral` (messages and tools) or a provider's request "
+        "body (`openai-chat`, `openai-responses`, `anthropic`, `gemini`), sent as it is.",
+    )
     # How ``history`` and ``input`` are read (``core/provider_messages.py``); left out of dumps
-    # when "auto", so that the hashes of a request without it stay as they were.
-    input_format: InputFormat = Field(default="auto", exclude_if=lambda value: value == "auto")
-    # Left out of dumps when absent, so that the hashes of a request without it stay as they were.
-    cache: CacheOptions | None = Field(default=None, exclude_if=lambda value: value is None)
+    # when "auto", so that the hashes of a request without it match those of records stored
+    # without the field.
+    input_format: InputFormat = Field(
+        default="auto",
+        exclude_if=lambda value: value == "auto",
+        description="How `history` and `input` are read: `auto`, each message in the format its "
+        "shape shows; or one format for every message.",
+    )
+    # Left out of dumps when absent, so that the hashes of a request without it match those of
+    # records stored without the field.
+    cache: CacheOptions | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="Provider cache directives, and `selection.cache`: this turn explained "
+        "against the previous one of the same scope.",
+    )
 
     @model_validator(mode="before")
     @classmethod

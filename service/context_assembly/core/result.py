@@ -1,4 +1,4 @@
-"""Wire models of the prepare response (SPEC §3.2): budget, manifest and hashes.
+"""Wire models of the prepare response (docs/api.md, "POST /v1/prepare"): budget, manifest and hashes.
 
 The manifest is detached metadata: ids, statuses, reasons and token counts; never block bodies
 and never raw revision values.
@@ -11,13 +11,10 @@ message-list history and no ``cache`` answers byte for byte as before.
 
 from __future__ import annotations
 
-import base64
-import zlib
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, Literal
 
-import orjson
 from pydantic import Field, TypeAdapter
 
 from context_assembly.core.request import Frozen, Render
@@ -33,89 +30,109 @@ CapacitySource = Literal["host", "provider", "registry", "fallback"]
 Tokenizer = Literal["o200k_base", "cl100k_base", "estimate"]
 
 
+_CAPACITY_SOURCE = (
+    "Where the window comes from: `host` or `provider` (the request's `max_context_tokens`), "
+    "`registry` (the model registry) or `fallback` (128,000)."
+)
+
+
 class RoutingCandidate(Frozen):
-    """One candidate model that routing tried, and why it was or was not chosen.
+    """One candidate model that routing tried, and why it was or was not chosen."""
 
-    ``needed_tokens`` is what the request needs before any selection: fixed content + reserves +
-    the protected closure, counted with this candidate's tokenizer and framing;
-    ``shortfall_tokens`` is how much of it the window lacks (0 when it fits). ``reason``:
-    ``fits`` (chosen), ``window`` (does not fit), ``fits_after_compaction`` (chosen only after
-    the request's ``history_policy`` dropped history, no candidate fitting without).
-    """
-
-    model: str
-    capacity: int
-    capacity_source: CapacitySource
-    tokenizer: Tokenizer
-    fits: bool
-    needed_tokens: int
-    shortfall_tokens: int
-    reason: Literal["fits", "window", "fits_after_compaction"]
+    model: str = Field(description="The candidate model.")
+    capacity: int = Field(description="Its context window, in tokens.")
+    capacity_source: CapacitySource = Field(description=_CAPACITY_SOURCE)
+    tokenizer: Tokenizer = Field(description="The tokenizer its counts use.")
+    fits: bool = Field(description="Whether its window holds `needed_tokens`.")
+    needed_tokens: int = Field(
+        description="What the request needs before any selection: the fixed content, the "
+        "reserves and the protected blocks with their dependencies, counted for this candidate."
+    )
+    shortfall_tokens: int = Field(description="How much of it the window lacks (0 when it fits).")
+    reason: Literal["fits", "window", "fits_after_compaction"] = Field(
+        description="`fits`: chosen. `window`: does not fit. `fits_after_compaction`: chosen "
+        "after `history_policy` dropped history, when no candidate fitted without."
+    )
 
 
 class RoutingReport(Frozen):
-    """How managed routing chose the model (only for requests that give ``models``).
+    """How managed routing chose the model (only for a request with `models`)."""
 
-    ``candidates`` lists every candidate tried, in preference order (``first_fit`` stops at the
-    first that fits). ``pinned`` is true on a refresh: it stays on the routed model.
-    """
-
-    policy: Literal["first_fit"]
-    chosen: str
-    pinned: bool = False
-    candidates: list[RoutingCandidate]
+    policy: Literal["first_fit"] = Field(description="The routing policy.")
+    chosen: str = Field(description="The model chosen: the answer's `model`.")
+    pinned: bool = Field(
+        default=False, description="True on a refresh, which stays on the routed model."
+    )
+    candidates: list[RoutingCandidate] = Field(
+        description="Every candidate tried, in order of preference (`first_fit` stops at the "
+        "first that fits)."
+    )
 
 
 class BudgetReport(Frozen):
-    capacity: int
-    capacity_source: CapacitySource
-    response_reserve: int
-    reasoning_reserve_tokens: int
-    instructions_tokens: int
-    legacy_data_tokens: int
-    tools_tokens: int
-    history_tokens: int
-    input_tokens: int
-    remaining_tokens: int
-    data_limit_tokens: int
-    data_tokens: int
-    total_input_tokens: int
-    history_dropped_messages: int
-    provider_counted_tokens: int | None = Field(default=None, exclude_if=_unset)
+    """The token budget: the window, each term of the frame, the reserves and the data limit.
+    The terms add up to `total_input_tokens`; every count includes its message framing."""
+
+    capacity: int = Field(description="The model's context window, in tokens.")
+    capacity_source: CapacitySource = Field(description=_CAPACITY_SOURCE)
+    response_reserve: int = Field(description="Tokens kept free for the answer.")
+    reasoning_reserve_tokens: int = Field(description="Tokens kept free for reasoning.")
+    instructions_tokens: int = Field(
+        description="The leading instructions (host and plugins), with the reply priming."
+    )
+    legacy_data_tokens: int = Field(
+        description="The legacy plugin views and the date and time line."
+    )
+    tools_tokens: int = Field(description="The tool definitions.")
+    history_tokens: int = Field(
+        description="The history as sent (the provider's count for a native history)."
+    )
+    input_tokens: int = Field(description="This turn's input messages.")
+    remaining_tokens: int = Field(
+        description="The window left for data: capacity minus the reserves and every fixed term."
+    )
+    data_limit_tokens: int = Field(
+        description="The data message's limit: the smaller of `max_data_tokens` and "
+        "`remaining_tokens`."
+    )
+    data_tokens: int = Field(description="The data message as sent (0 without one).")
+    total_input_tokens: int = Field(description="Every input token of the frame: the terms added.")
+    history_dropped_messages: int = Field(
+        description="History messages `history_policy` dropped to fit."
+    )
+    provider_counted_tokens: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="A native history's `provider_counted_tokens` (absent otherwise).",
+    )
 
 
 class BlockReport(Frozen):
-    source: str
-    id: str
-    status: Status
-    reason: Reason
-    tokens: int
-    full_tokens: int
-    projection_tokens: int | None
-    priority: int
-    protected: bool
-    dependencies: list[str]
+    """The decision on one block, with its reason and counts (never its text)."""
+
+    source: str = Field(description="The block's source.")
+    id: str = Field(description="The block's id in its source.")
+    status: Status = Field(description="`selected` (in full), `projected` or `omitted`.")
+    reason: Reason = Field(
+        description="Why: `protected`, `dependency` (another chosen block needs it), `fits`, "
+        "`projection_fits`; or, omitted, `expired`, `missing_dependency`, `budget` (the data "
+        "limit), `source_budget` (its source's limit), `source_failed`."
+    )
+    tokens: int = Field(description="Tokens as sent: full, projected, or 0 when omitted.")
+    full_tokens: int = Field(description="Tokens of the full text in the data message.")
+    projection_tokens: int | None = Field(
+        description="Tokens of the projection (`null` without one)."
+    )
+    priority: int = Field(description="The block's priority.")
+    protected: bool = Field(description="Whether the block is protected.")
+    dependencies: list[str] = Field(description="The blocks it needs, as `source/id`.")
 
 
 # The manifest's block reports validated or serialised as one list, in one pydantic-core pass.
 BLOCK_REPORTS = TypeAdapter(list[BlockReport])
 
-# The compact form of the manifest's block reports that a stored record keeps: one JSON array per
-# block with these fields in this order, the whole list zlib-compressed and base64-encoded. The
-# reports repeat their sources, statuses and reasons: 128 reports take ~1.6 KB instead of ~21 KB
-# as objects, so a typical record fits one SQLite page (no overflow pages to write).
-BLOCK_ROW_FIELDS = tuple(BlockReport.model_fields)
-_row_values = attrgetter(*BLOCK_ROW_FIELDS)
-
-
-def pack_block_rows(reports: Sequence[BlockReport]) -> str:
-    """``reports`` in the compact stored form (see ``BLOCK_ROW_FIELDS``)."""
-    rows = orjson.dumps([_row_values(report) for report in reports])
-    return base64.b64encode(zlib.compress(rows, 1)).decode("ascii")
-
-
-# A manifest's decisions counted by (status, reason), in first-seen order: what the metrics add
-# up per answer (``Metrics.observe_preparation``); a memoised turn counted them once.
+# A manifest's decisions counted by (status, reason), in first-seen order: what the metrics and
+# the trace add up per answer (``Metrics.observe_preparation``, ``tracing``).
 DecisionTally = tuple[tuple[tuple[str, str], int], ...]
 _status_reason = attrgetter("status", "reason")
 
@@ -128,18 +145,19 @@ def decision_tally(reports: Sequence[BlockReport]) -> DecisionTally:
     return tuple(counts.items())
 
 
-def unpack_block_rows(packed: str) -> list[dict[str, Any]]:
-    """The block report objects of a packed form (``pack_block_rows``)."""
-    rows = orjson.loads(zlib.decompress(base64.b64decode(packed, validate=True)))
-    return [dict(zip(BLOCK_ROW_FIELDS, row, strict=True)) for row in rows]
-
-
 class SourceReport(Frozen):
-    source: str
-    kind: SourceKind
-    status: SourceStatus
-    duration_ms: float
-    block_count: int
+    """One source of the request and how it answered."""
+
+    source: str = Field(description="The source: the plugin it replaces.")
+    kind: SourceKind = Field(
+        description="`webhook` (a contributor), `inline` (a contribution) or `whiteboard`."
+    )
+    status: SourceStatus = Field(
+        description="`ok` (a contributor answered), `inline`; or a failure left out under "
+        "`omit`: `timeout`, `error`, `invalid`, `too_large`, `skipped_deadline`, `rejected`."
+    )
+    duration_ms: float = Field(description="How long the source took, in milliseconds.")
+    block_count: int = Field(description="How many blocks it gave.")
 
 
 CachePart = Literal["model", "tools", "instructions", "layout", "history"]
@@ -149,88 +167,182 @@ SkipReason = Literal["below_minimum", "unstable_in_layout", "limit"]
 
 
 class FirstChange(Frozen):
-    """The first part of the prefix that differs from the previous turn's.
+    """The first part of the prefix that differs from the previous turn's."""
 
-    ``index``: the first differing history message, or tool definition (in frame order); a
-    count past the end when one list only grew or shrank there; ``None`` for the other parts.
-    """
-
-    part: CachePart
-    index: int | None
+    part: CachePart = Field(
+        description="`model`, `layout`, `tools`, `instructions` or `history`, in prefix order."
+    )
+    index: int | None = Field(
+        description="For `tools` and `history`: the first differing tool (in frame order) or "
+        "history message, or the length of the shorter list when one only grew or shrank; "
+        "`null` for the other parts."
+    )
 
 
 class CacheBreakpoint(Frozen):
-    """A placed cache marker: ``tokens`` is the count of the prefix up to and including ``after``;
-    ``message`` the frame index of the message the marker ends (absent for ``tools``: the last
-    tool definition)."""
+    """A cache marker placed in the frame (or, for `neutral`, where one goes)."""
 
-    after: BreakpointAfter
-    tokens: int
-    ttl: CacheTtl
-    message: int | None = Field(default=None, exclude_if=_unset)
+    after: BreakpointAfter = Field(
+        description="What the marker ends: `tools` (the last tool definition), `instructions` "
+        "(the leading system content) or `history` (the last history message)."
+    )
+    tokens: int = Field(description="The tokens of the prefix up to and including it.")
+    ttl: CacheTtl = Field(description="The marker's lifetime.")
+    message: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The frame index of the message the marker ends (absent for `tools`).",
+    )
 
 
 class SkippedBreakpoint(Frozen):
-    after: BreakpointAfter
-    reason: SkipReason
+    """A cache marker the plan left out, and why."""
+
+    after: BreakpointAfter = Field(description="Where the marker would have gone.")
+    reason: SkipReason = Field(
+        description="`below_minimum`: the tokens up to it are under the model's minimum "
+        "cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. "
+        "`limit`: more markers than the provider takes."
+    )
 
 
 class CacheReport(Frozen):
-    """``selection.cache``: the cache plan of this turn and how its prefix compares with the
-    previous turn's (only for a request with ``cache``; ``core/cache.py`` builds it)."""
+    """`selection.cache`: this turn's cache plan and how its prefix compares with the previous
+    turn's (only for a request with `cache`)."""
 
-    previous_preparation_id: str | None
-    prefix_kept: bool | None
-    first_change: FirstChange | None
-    cacheable_tokens: int
-    breakpoints: list[CacheBreakpoint]
-    skipped: list[SkippedBreakpoint]
+    # ``core/cache.py`` builds it.
+    previous_preparation_id: str | None = Field(
+        description="The turn compared with (`null`: a first turn)."
+    )
+    prefix_kept: bool | None = Field(
+        description="Whether the previous turn's prefix starts this one (`null`: nothing to "
+        "compare with)."
+    )
+    first_change: FirstChange | None = Field(
+        description="The first part that changed (`null` when the prefix was kept or there is "
+        "nothing to compare with)."
+    )
+    cacheable_tokens: int = Field(
+        description="Tokens a provider can cache: up to the last marker (Anthropic); by "
+        "OpenAI's rule (at least 1,024, in steps of 128) for OpenAI renders."
+    )
+    breakpoints: list[CacheBreakpoint] = Field(description="The markers placed.")
+    skipped: list[SkippedBreakpoint] = Field(description="The markers left out, with the reason.")
     # The OpenAI options the body carries (``openai-*``) or that an adapter passes on
     # (``neutral``); absent when the request sets none.
-    prompt_cache_key: str | None = Field(default=None, exclude_if=_unset)
-    prompt_cache_retention: str | None = Field(default=None, exclude_if=_unset)
+    prompt_cache_key: str | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The `prompt_cache_key` (OpenAI and neutral renders, when `cache.key` is set).",
+    )
+    prompt_cache_retention: str | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The `prompt_cache_retention` (OpenAI and neutral renders, when "
+        "`cache.retention` is set).",
+    )
+
+
+class ManifestWarning(Frozen):
+    """A fact about how the frame was made that the caller may not expect."""
+
+    code: Literal["unknown_model"] = Field(
+        description="`unknown_model`: the model is not in the registry; its tokens are counted "
+        "with the conservative estimate and its window is the request's or the fallback."
+    )
+    detail: str = Field(description="The same in words, naming the model.")
 
 
 class OutputLimit(Frozen):
-    """``selection.output_limit``: the output limit a provider-shaped frame carries.
+    """`selection.output_limit`: the output limit a provider-shaped frame carries."""
 
-    ``parameter`` is the body's key (dotted when nested); ``tokens`` its value: the budget's
-    ``response_reserve + reasoning_reserve_tokens``, or the model's maximum output when that is
-    smaller (``source``).
-    """
-
-    parameter: str
-    tokens: int
-    source: Literal["reserve", "model_maximum"]
+    parameter: str = Field(
+        description="The body's parameter (dotted when nested): `max_completion_tokens`, "
+        "`max_output_tokens`, `max_tokens` or `generationConfig.maxOutputTokens`."
+    )
+    tokens: int = Field(description="Its value.")
+    source: Literal["reserve", "model_maximum"] = Field(
+        description="`reserve`: `response_reserve` plus `reasoning_reserve_tokens`. "
+        "`model_maximum`: the model's maximum output, when the reserve is above it."
+    )
 
 
 class SelectionReport(Frozen):
-    blocks: list[BlockReport]
-    sources: list[SourceReport]
-    max_data_tokens: int
-    selected_data_tokens: int
-    layout: Literal["legacy", "stable-prefix"]
-    reasoning_reserve_tokens: int
-    tokenizer: Tokenizer
-    exact: bool
-    opaque_or_multimodal: bool
-    native_history: bool = Field(default=False, exclude_if=_unset)
-    routing: RoutingReport | None = Field(default=None, exclude_if=_unset)
-    cache: CacheReport | None = Field(default=None, exclude_if=_unset)
-    output_limit: OutputLimit | None = Field(default=None, exclude_if=_unset)
+    """The manifest: one report per block and per source, and how the counts were made."""
+
+    blocks: list[BlockReport] = Field(description="Every block's decision, in rank order.")
+    sources: list[SourceReport] = Field(description="Every source of the request.")
+    max_data_tokens: int = Field(description="The request's `assembly.max_data_tokens`.")
+    selected_data_tokens: int = Field(
+        description="The data message as sent, in tokens (its envelope included)."
+    )
+    layout: Literal["legacy", "stable-prefix"] = Field(description="The frame's layout.")
+    reasoning_reserve_tokens: int = Field(description="The reasoning reserve.")
+    tokenizer: Tokenizer = Field(description="The tokenizer the counts use.")
+    exact: bool = Field(
+        description="Whether the counts are exact: the tokenizer is the model's own (and the "
+        "history is not held by the provider)."
+    )
+    opaque_or_multimodal: bool = Field(
+        description="Whether the frame holds parts counted conservatively (images, files, "
+        "opaque or provider-held items)."
+    )
+    native_history: bool = Field(
+        default=False,
+        exclude_if=_unset,
+        description="True when the provider holds the history (absent otherwise).",
+    )
+    routing: RoutingReport | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="How routing chose the model (only with `models`).",
+    )
+    cache: CacheReport | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The cache plan and the comparison with the previous turn (only with `cache`).",
+    )
+    output_limit: OutputLimit | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The output limit a provider-shaped frame carries (absent for `neutral`).",
+    )
+    warnings: list[ManifestWarning] = Field(
+        default_factory=list,
+        exclude_if=lambda value: not value,
+        description="What the caller should know about how this frame was made (absent when "
+        "there is nothing): `unknown_model` when the model is not in the registry.",
+    )
 
 
 class PrepareResponse(Frozen):
-    preparation_id: str
-    model: str
-    layout: Literal["legacy", "stable-prefix"]
-    render: Render
-    frame: dict[str, Any]
-    budget: BudgetReport
-    selection: SelectionReport
-    fingerprint: str
-    prefix_hash: str
-    prefix_tokens: int
-    input_hash: str
-    expires_at: str
-    attempt: int = Field(default=1, ge=1, le=2)
+    """The prepared model call: the frame to send, the budget, the manifest and the hashes."""
+
+    preparation_id: str = Field(
+        description="The preparation's id, for validate, refresh, repair, usage and the views."
+    )
+    model: str = Field(description="The model the frame is for (with `models`: the chosen one).")
+    layout: Literal["legacy", "stable-prefix"] = Field(description="The frame's layout.")
+    render: Render = Field(description="The frame's shape.")
+    frame: dict[str, Any] = Field(
+        description="What to send: `{messages, tools}` for `neutral`, else the provider's "
+        "request body, output limit included."
+    )
+    budget: BudgetReport = Field(description="The token budget.")
+    selection: SelectionReport = Field(description="The manifest: every decision, explained.")
+    fingerprint: str = Field(
+        description="`sha256:` of the model, tenant, scope, render and rendered request: a "
+        "diagnostic, not a provider cache key."
+    )
+    prefix_hash: str = Field(
+        description="`sha256:` of the stable prefix: the model, the tools in frame order and the "
+        "leading messages; validate recomputes it from the frame."
+    )
+    prefix_tokens: int = Field(description="The tokens of the stable prefix.")
+    input_hash: str = Field(description="`sha256:` of the input messages.")
+    expires_at: str = Field(
+        description="When the preparation expires (RFC 3339); later calls with its id are `404`."
+    )
+    attempt: int = Field(
+        default=1, ge=1, le=2, description="1 for a prepare, 2 for the one refresh."
+    )

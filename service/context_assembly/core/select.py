@@ -1,4 +1,4 @@
-"""The selection algorithm (SPEC §5): which blocks enter this request, in what view, and why.
+"""The selection algorithm (docs/contract.md, "Selection"): which blocks enter this request, in what view, and why.
 
 Promise of :func:`select`, in plain words:
 
@@ -30,7 +30,7 @@ summed to choose, one exact count confirms), the last choices are dropped, not r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
@@ -88,7 +88,7 @@ class Decision(NamedTuple):
 class Selection:
     """The result of :func:`select`."""
 
-    decisions: Mapping[str, Decision]
+    decisions: dict[str, Decision]  # by qualified id, in rank order
     order: tuple[str, ...]  # qualified ids that entered, in selection order
     data_content: str | None  # the data message content; None when no block entered
     data_tokens: int  # exact tokens of the data message (framing included); 0 without one
@@ -557,43 +557,18 @@ def select(
             plan, order, state, counter, profile, source_limits
         )
 
-    decisions = _Decisions(index, bytes(state), tuple(reason), plan.full, plan.proj)
+    decisions = {
+        qid: _decision(state[i], reason[i], full[i], proj[i]) for i, qid in enumerate(plan.qids)
+    }
     return Selection(
         decisions, tuple(plan.qids[i] for i in order), content, data_tokens, source_tokens, trimmed
     )
 
 
-class _Decisions(Mapping[str, Decision]):
-    """The decisions, by qualified id, built on access from the run's final arrays.
-
-    Most callers read every decision once (the manifest); building 2,048 tuples up front cost
-    as much as the whole greedy loop.
-    """
-
-    __slots__ = ("_full", "_index", "_proj", "_reason", "_state")
-
-    def __init__(
-        self,
-        index: Mapping[str, int],
-        state: bytes,
-        reason: Sequence[Reason],
-        full: Sequence[int],
-        proj: Sequence[int],
-    ) -> None:
-        self._index, self._state, self._reason = index, state, reason
-        self._full, self._proj = full, proj
-
-    def __getitem__(self, qid: str) -> Decision:
-        i = self._index[qid]
-        view, full, proj = self._state[i], self._full[i], self._proj[i]
-        tokens = full if view == _FULL else (proj if view == _PROJ else 0)
-        return Decision(_STATUS[view], self._reason[i], tokens, full, proj if proj >= 0 else None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._index)
+def _decision(view: int, why: Reason, full: int, proj: int) -> Decision:
+    """The decision of a block in state ``view`` with its plan costs (``proj`` -1: none)."""
+    tokens = full if view == _FULL else (proj if view == _PROJ else 0)
+    return Decision(_STATUS[view], why, tokens, full, proj if proj >= 0 else None)
 
 
 def _undo(choice: _Choice, run: _Run, order: list[int], why: Reason) -> None:

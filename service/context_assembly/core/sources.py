@@ -27,7 +27,7 @@ FAILED_STATUSES = frozenset(
     {"timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"}
 )
 
-# Whiteboard priorities (SPEC §3.1): critical entries are protected.
+# Whiteboard priorities (docs/contract.md, "Whiteboard"): critical entries are protected.
 _WHITEBOARD_PRIORITY = {"low": -500, "normal": 0, "high": 500, "critical": 0}
 
 
@@ -51,9 +51,6 @@ class SourceInput:
     duration_ms: float
     revision: Revision | None
     blocks: tuple[Block, ...]
-    # ``memo.blocks_digest(blocks)`` when the caller computed it already (a contributor's
-    # answer is digested as it arrives, while the others are awaited); else the assembly does.
-    digest: bytes | None = None
 
     @property
     def failed(self) -> bool:
@@ -142,7 +139,7 @@ def _check_source(source: str, plugins: set[str], field_name: str) -> None:
 
 
 def whiteboard_blocks(whiteboard: Whiteboard) -> tuple[Block, ...]:
-    """The built-in whiteboard adapter: one block per entry (SPEC §3.1).
+    """The built-in whiteboard adapter: one block per entry (docs/contract.md, "Whiteboard").
 
     id = key; text = the description and the value (strings as-is, other JSON compact) on two
     lines; projection = the description alone; ``critical`` = protected, ``high`` = 500,

@@ -1,4 +1,4 @@
-"""Provider usage normalisation and the accounting observation (SPEC §3.3 ``usage``, §7).
+"""Provider usage normalisation and the accounting observation (docs/contract.md, "Accounting").
 
 The host posts the provider's usage object exactly as received; this module turns it into four
 numbers with one meaning across providers:
@@ -254,7 +254,7 @@ def _google(usage: Mapping[str, Any]) -> NormalizedUsage:
     #   candidates + thoughts, matching OpenAI and Anthropic, whose output counts include
     #   reasoning. A missing half counts as 0 when the other is present, because proto3 JSON
     #   omits zero-valued fields; both missing gives `None`.
-    # - Proto3 JSON also omits a zero `cachedContentTokenCount`; following SPEC §7 a missing
+    # - Proto3 JSON also omits a zero `cachedContentTokenCount`; following docs/contract.md, "Accounting", a missing
     #   field is reported as `None`, not as a guessed 0.
     # - `toolUsePromptTokenCount` (prompts of built-in tools run by Google) is not part of the
     #   frame the service estimated, so it is not added to the input.
@@ -337,7 +337,7 @@ def accounting_observation(
     *,
     expected_cached_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The accounting record of one usage report (SPEC §3.3 ``last`` / ``auxiliary``).
+    """The accounting record of one usage report (``last`` / ``auxiliary``, docs/contract.md, "Accounting").
 
     ``input_token_delta`` is provider minus estimate for the same frame (positive: the service
     under-estimated), ``None`` when the provider did not report its input. ``observed_at`` comes

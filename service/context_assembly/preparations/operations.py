@@ -1,4 +1,4 @@
-"""The lifecycle operations behind the HTTP routes (SPEC §3, §3.3): prepare, budget, get,
+"""The lifecycle operations behind the HTTP routes (docs/api.md; docs/contract.md, "Lifecycle"): prepare, budget, get,
 validate, refresh, repair and usage. Routes stay thin; this module does the work.
 
 Routing and native history: the record keeps the *routed* model (validate, repair and usage
@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+import structlog
+
+from context_assembly import tracing
 from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.fingerprint import text_hash
-from context_assembly.core.memo import AssemblyMemo
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
@@ -72,6 +74,21 @@ from context_assembly.tokens.registry import ModelRegistry
 WRITE_ATTEMPTS: Final = 5
 
 
+log = structlog.get_logger("context_assembly.preparations")
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """What the breakdown page shows: the stored view, the turn as the timeline has it, the
+    names of the plugins whose current content went into the prompt (``None``: a record made
+    before they were kept) and the model's minimum cacheable length for the render target."""
+
+    view: PreparationView
+    turn: TimelineTurn
+    legacy_views: list[str] | None
+    min_cacheable_tokens: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class RecordedUsage:
     """What ``usage`` answers, and whether this call applied the report (``False``: a repeat)."""
@@ -81,8 +98,7 @@ class RecordedUsage:
 
 
 class Preparations:
-    """The lifecycle operations; one instance per app, sharing the store, the HTTP client and
-    the assembly memo."""
+    """The lifecycle operations; one instance per app, sharing the store and the HTTP client."""
 
     def __init__(
         self,
@@ -93,7 +109,6 @@ class Preparations:
         *,
         resolver: Resolver | None = None,
         clock: Clock | None = None,
-        memo: AssemblyMemo | None = None,
         cache_key_secret: bytes | None = None,
     ) -> None:
         self.settings = settings
@@ -103,7 +118,6 @@ class Preparations:
         self.store = store
         self.registry = registry
         self.clock = clock or Clock()
-        self.memo = memo
         self.contributors = Contributors(settings, client, resolver=resolver, clock=self.clock)
 
     def reconfigure(self, settings: Settings) -> None:
@@ -111,8 +125,13 @@ class Preparations:
         self.settings = settings
         self.contributors.reconfigure(settings)
 
+    async def aclose(self) -> None:
+        """Drop the MCP contributors' sessions; at shutdown, before the client is closed."""
+        await self.contributors.aclose()
+
     # ------------------------------------------------------------------ prepare, budget
 
+    @tracing.traced("prepare")
     async def prepare(self, tenant: str, request: PrepareRequest) -> Prepared:
         """Run contributors, select, lay out, store the record, answer the frame and manifest."""
         setups = plan_sources(request)
@@ -134,8 +153,9 @@ class Preparations:
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
-            memo=self.memo,
         )
+        if not ctx.known:
+            log.warning("unknown_model", preparation_id=prep_id, model=ctx.model)
         expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
         history_hashes = message_hashes(request.history_messages)
         before = await turns.previous(self.store, tenant, request, self.clock.wall())
@@ -150,7 +170,7 @@ class Preparations:
         response = to_response(
             request, assembly, ctx, preparation_id=prep_id, expires_at=expires, cache=turn
         )
-        prepared = Prepared.of(response, assembly)
+        prepared = Prepared.of(response)
         data = record_data(
             request,
             assembly,
@@ -160,7 +180,15 @@ class Preparations:
             used_ms=collected.used_ms,
             history_hashes=history_hashes,
         )
-        data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
+        data[turns.CACHE] = turns.record_part(
+            request,
+            turn,
+            before,
+            self.clock.wall(),
+            assembly=assembly,
+            model=ctx.model,
+            minimum=cache_minimum(request, ctx, self.registry),
+        )
         await self.store.put(
             PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp()),
             latest_of=turns.scope_key(tenant, request.scope),
@@ -205,7 +233,6 @@ class Preparations:
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
-            memo=self.memo,
         )
         return BudgetResponse(
             model=ctx.model,
@@ -226,7 +253,10 @@ class Preparations:
 
     async def get(self, tenant: str, prep_id: str) -> PreparationView:
         """Manifest, budget, hashes and accounting of one preparation (never block bodies)."""
-        record = await self._record(tenant, prep_id)
+        return self._view(await self._record(tenant, prep_id))
+
+    @staticmethod
+    def _view(record: PreparationRecord) -> PreparationView:
         return PreparationView.model_validate(
             {
                 **stored_response(record.data["response"]),
@@ -235,11 +265,21 @@ class Preparations:
             }
         )
 
-    async def timeline(self, tenant: str, prep_id: str) -> Timeline:
-        """The preparation and the turns before it in its scope (``turns.chain``)."""
+    async def timeline(self, tenant: str, prep_id: str, before: int | None = None) -> Timeline:
+        """A page of the preparation's conversation (``turns.page``)."""
         record = await self._record(tenant, prep_id)
-        chain = await turns.chain(self.store, record, self.clock.wall())
-        return Timeline(preparation_id=prep_id, turns=[_timeline_turn(r) for r in chain])
+        return await turns.page(self.store, record, self.clock.wall(), before)
+
+    async def breakdown(self, tenant: str, prep_id: str) -> Breakdown:
+        """What the breakdown page shows of one preparation, from its record alone."""
+        record = await self._record(tenant, prep_id)
+        part = turns.part_of(record.data) or {}
+        return Breakdown(
+            view=self._view(record),
+            turn=turns.timeline_turn(record, part.get("turn")),
+            legacy_views=record.data.get("legacy_views"),
+            min_cacheable_tokens=part.get("min_cacheable_tokens"),
+        )
 
     async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
         timeout_ms = self.settings.limits.validate_timeout_ms
@@ -256,6 +296,7 @@ class Preparations:
 
     # ------------------------------------------------------------------ refresh
 
+    @tracing.traced("refresh")
     async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> Prepared:
         """One more contribution + selection round after host hooks edited history/input."""
         record = await self._record(tenant, prep_id)
@@ -291,7 +332,6 @@ class Preparations:
             tenant=tenant,
             registry=self.registry,
             pin_model=data["model"] if request.models is not None else None,
-            memo=self.memo,
         )
         expires = datetime.fromtimestamp(record.expires_at, UTC)
         turn = self._turn(tenant, request, assembly, ctx, before, None)
@@ -304,7 +344,7 @@ class Preparations:
             attempt=2,
             cache=turn,
         )
-        prepared = Prepared.of(response, assembly)
+        prepared = Prepared.of(response)
         new_data = record_data(
             request,
             assembly,
@@ -314,7 +354,15 @@ class Preparations:
             used_ms=float(data["used_ms"]) + collected.used_ms,
             history_hashes=data["history_hashes"],
         )
-        new_data[turns.CACHE] = turns.record_part(request, turn, before, self.clock.wall())
+        new_data[turns.CACHE] = turns.record_part(
+            request,
+            turn,
+            before,
+            self.clock.wall(),
+            assembly=assembly,
+            model=ctx.model,
+            minimum=cache_minimum(request, ctx, self.registry),
+        )
         await self._replace(
             tenant,
             record,
@@ -393,6 +441,7 @@ class Preparations:
 
     # ------------------------------------------------------------------ usage
 
+    @tracing.traced("usage")
     async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> RecordedUsage:
         """Record one provider usage report; the same ``report_id`` twice changes nothing.
 
@@ -436,32 +485,6 @@ class Preparations:
             _usage_response(prep_id, data, result.accounting),
             applied=result.status == "applied",
         )
-
-
-def _timeline_turn(record: PreparationRecord) -> TimelineTurn:
-    data = record.data
-    part = turns.part_of(data) or {}
-    report = part.get("report") or {}
-    created = part.get("created_at")
-    last = record.accounting.last
-    return TimelineTurn.model_validate(
-        {
-            "preparation_id": record.id,
-            "created_at": None
-            if created is None
-            else rfc3339(datetime.fromtimestamp(float(created), UTC)),
-            "model": data["model"],
-            "render": data["render"],
-            "layout": data["response"]["layout"],
-            "total_input_tokens": data["estimated_input_tokens"],
-            "previous_preparation_id": part.get("previous_preparation_id"),
-            "prefix_kept": report.get("prefix_kept"),
-            "first_change": report.get("first_change"),
-            "cacheable_tokens": report.get("cacheable_tokens"),
-            "expected_cached_tokens": part.get("expected_cached_tokens"),
-            "cached_input_tokens": None if last is None else last.get("cached_input_tokens"),
-        }
-    )
 
 
 def _accounting(data: Mapping[str, Any], accounting: Accounting) -> AccountingReport:

@@ -1,21 +1,28 @@
 """What a stored preparation record holds, and the request shape hash refresh compares.
 
-A record (SPEC §10) holds the manifest, budget and hashes of the response, the scope, the model,
+A record (docs/contract.md, "Storage") holds the manifest, budget and hashes of the response, the scope, the model,
 hashes of the instructions, of each original history message and of the request's host-side
 parts, the revisions of webhook contributors and how to reach each (source and endpoint name or
-inline URL, never its instructions), the expiry of entered blocks, the contributor time used, and
-the accounting. Never block bodies, instructions, history or input.
+inline URL, never its instructions), the expiry of entered blocks, the contributor time used, the
+names of the plugins whose legacy view was placed, and the accounting. Never block bodies,
+instructions, history or input.
 
 Refresh needs the host-side parts of the request to lay the frame out again, and the record does
 not keep them; so the refresh body is the whole edited prepare request, and the record keeps the
 *shape hash* of everything refresh must find unchanged (all but history, input, render and
 ``cache``, which a refresh takes from the record).
+
+The response part keeps the manifest's block reports as JSON objects, as the answer has them.
+Records written by earlier versions may hold them packed instead (``selection.block_rows_z``);
+``stored_response`` reads both, and is the one place that knows the packed form.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -26,9 +33,8 @@ from pydantic import TypeAdapter
 
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.fingerprint import digest
-from context_assembly.core.memo import blocks_digest
-from context_assembly.core.request import ContributorRef, Message, PrepareRequest
-from context_assembly.core.result import DecisionTally, PrepareResponse, unpack_block_rows
+from context_assembly.core.request import Block, ContributorRef, Message, PrepareRequest
+from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 from context_assembly.engine import ModelContext
 from context_assembly.errors import NotFoundError
 
@@ -42,6 +48,33 @@ SHAPE_V2: Final = "shape2:sha256:"
 # (a test holds these to the model's fields).
 CONTRIBUTION_FIELDS: Final = ("source", "revision", "instructions", "recovery_tool")
 _contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
+# Every field of a block, in fixed order (a test holds these to the model's fields, so a new
+# field cannot be left out of the shape hash).
+BLOCK_FIELDS: Final = (
+    "id",
+    "text",
+    "priority",
+    "protected",
+    "dependencies",
+    "expires_at",
+    "projection",
+)
+_block_values = attrgetter(*BLOCK_FIELDS)
+# The packed form of the block reports in records of earlier versions: base64 of zlib of one
+# JSON array per report, with these fields in this order.
+PACKED_ROWS: Final = "block_rows_z"
+PACKED_ROW_FIELDS: Final = (
+    "source",
+    "id",
+    "status",
+    "reason",
+    "tokens",
+    "full_tokens",
+    "projection_tokens",
+    "priority",
+    "protected",
+    "dependencies",
+)
 # The record's contributor list, dumped in one call.
 CONTRIBUTOR_REFS: Final = TypeAdapter(list[ContributorRef])
 _REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url"}}
@@ -63,32 +96,30 @@ def not_found(prep_id: str) -> NotFoundError:
 class Prepared:
     """A prepare or refresh answer: the response, its JSON, and what the record keeps of it.
 
-    ``stored`` is the response without its frame (no text), its block reports packed
-    (``result.pack_block_rows``); ``body`` is the HTTP answer.
+    ``stored`` is the response without its frame (no text); ``body`` is the HTTP answer.
     """
 
     response: PrepareResponse
     stored: dict[str, Any]
     body: bytes
-    decisions: DecisionTally  # the manifest's decisions by status and reason, for the metrics
+    decisions: DecisionTally  # the manifest's decisions by status and reason (metrics, trace)
 
     @classmethod
-    def of(cls, response: PrepareResponse, assembly: Assembly) -> Prepared:
-        """``response`` is ``engine.to_response`` of ``assembly``: its block reports are the
-        assembly's, whose packed rows and tally the memo keeps."""
-        stored = response.model_dump(mode="json", exclude={"frame": True, "selection": {"blocks"}})
-        stored["selection"]["block_rows_z"] = assembly.block_rows
+    def of(cls, response: PrepareResponse) -> Prepared:
+        stored = response.model_dump(mode="json", exclude={"frame"})
         body = response.model_dump_json().encode()
-        return cls(response, stored, body, assembly.block_decisions)
+        return cls(response, stored, body, decision_tally(response.selection.blocks))
 
 
 def stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's response as the answer had it (block reports unpacked from their rows)."""
+    """A record's response as the answer had it (the frame excepted), from a record of this
+    version or of an earlier one that kept its block reports packed (``PACKED_ROWS``)."""
     selection = stored["selection"]
-    if "block_rows_z" not in selection:
-        return dict(stored)  # a record written before the packed form
-    rest = {k: v for k, v in selection.items() if k != "block_rows_z"}
-    blocks = unpack_block_rows(selection["block_rows_z"])
+    if PACKED_ROWS not in selection:
+        return dict(stored)
+    rows = orjson.loads(zlib.decompress(base64.b64decode(selection[PACKED_ROWS], validate=True)))
+    blocks = [dict(zip(PACKED_ROW_FIELDS, row, strict=True)) for row in rows]
+    rest = {k: v for k, v in selection.items() if k != PACKED_ROWS}
     return {**stored, "selection": {"blocks": blocks, **rest}}
 
 
@@ -102,15 +133,21 @@ def _shape_exclude(request: PrepareRequest) -> set[str]:
     return exclude
 
 
-def shape_hash(request: PrepareRequest, digests: Mapping[str, bytes] | None = None) -> str:
+def blocks_digest(blocks: Sequence[Block]) -> bytes:
+    """SHA-256 of the blocks' fields as JSON arrays in ``BLOCK_FIELDS`` order: the identity of
+    one contribution's blocks in the shape hash (canonical: a block holds no JSON object whose
+    key order could vary). Stored shape hashes are made of these digests, so the order is
+    ``BLOCK_FIELDS``'s, whatever the model's own."""
+    return hashlib.sha256(orjson.dumps([_block_values(b) for b in blocks])).digest()
+
+
+def shape_hash(request: PrepareRequest) -> str:
     """Hash of everything refresh must find unchanged (all but history, input, render, ``cache``).
 
     SHA-256 over the canonical JSON (sorted keys) of the request without its contributions, a
     newline, then each contribution's fields and the SHA-256 of its blocks (``blocks_digest``)
-    as JSON arrays. ``digests`` (by source) are the assembly's, so a prepare hashes its blocks
-    once; a source missing from them is hashed here.
+    as JSON arrays.
     """
-    known = digests or {}
     head = request.model_dump(mode="json", exclude=_shape_exclude(request) | {"contributions"})
     hasher = hashlib.sha256(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
     hasher.update(b"\n")
@@ -119,7 +156,7 @@ def shape_hash(request: PrepareRequest, digests: Mapping[str, bytes] | None = No
             [
                 (
                     *_contribution_values(item),
-                    (known.get(item.source) or blocks_digest(item.blocks)).hex(),
+                    blocks_digest(item.blocks).hex(),
                 )
                 for item in request.contributions
             ]
@@ -150,6 +187,14 @@ def message_hashes(messages: Sequence[Message]) -> list[str]:
     return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
 
 
+def legacy_views(request: PrepareRequest, response: PrepareResponse) -> list[str]:
+    """The plugins whose current content (a legacy view) went into the prompt: those with
+    ``content`` that no source of the request replaces. Names only; the breakdown labels the
+    part of the window that holds them."""
+    replaced = {source.source for source in response.selection.sources}
+    return [p.name for p in request.plugins if p.content and p.name not in replaced]
+
+
 def record_data(
     request: PrepareRequest,
     assembly: Assembly,
@@ -174,12 +219,12 @@ def record_data(
         "scope": scope,
         "render": request.render,
         "input_len": len(request.input),
-        "shape_hash": shape_hash(request, dict(assembly.block_digests)),
+        "shape_hash": shape_hash(request),
         "history_hashes": history_hashes
         if history_hashes is not None
         else message_hashes(request.history_messages),
         # Only what validate needs to ask each one for its revision again: never its
-        # ``instructions`` (host text the record must not hold, SPEC §10).
+        # ``instructions`` (host text the record must not hold, docs/contract.md, "Privacy").
         "contributors": CONTRIBUTOR_REFS.dump_python(
             request.contributors, mode="json", exclude_none=True, include=_REF_FIELDS
         ),
@@ -192,6 +237,7 @@ def record_data(
         # Only sources that answered: a source omitted after a failure contributed nothing,
         # so there is nothing of it for a later revision to make stale.
         "revisions": {s: r for s, r in assembly.revisions if answered.get(s, False)},
+        "legacy_views": legacy_views(request, response),
         "used_ms": used_ms,
         "capacity": budget.capacity,
         "reserve": budget.response_reserve + budget.reasoning_reserve_tokens,

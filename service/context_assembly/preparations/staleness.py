@@ -4,7 +4,7 @@ Validate and repair compare the frame about to be sent with the record (model, s
 input, expiry of entered blocks) and ask each contributor that answered for its revision again;
 refresh compares the edited request with what the preparation trusted (model, scope, the request
 shape hash, the original history as a prefix, the native history descriptor). Every reason found
-is named in one ``STALE_PREPARATION`` problem (``StaleError``).
+is named in one ``CONTEXT_ASSEMBLY_STALE`` problem (``StaleError``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from context_assembly.preparations.record import message_hashes, native, same_sh
 from context_assembly.preparations.targets import Contributors
 from context_assembly.storage import PreparationRecord
 
-# A refused refresh is used up like a failed one (SPEC §3.3), so its error says what the body
+# A refused refresh is used up like a failed one (docs/contract.md, "Lifecycle"), so its error says what the body
 # must be: the record cannot lay the frame out again from {model, scope, history, input} alone.
 REFRESH_HINT: Final = (
     " (refresh takes the whole prepare request again, with only history and input edited)"
@@ -95,6 +95,9 @@ async def revision_reasons(
         except (InvalidError, AssemblyTimeoutError, UrlRejectedError):
             # A contributor removed from the configuration (or no longer allowed) since prepare.
             reasons.append(f"revision_unavailable:{ref.source}")
+    # An MCP source may read whole resources again to hash them: its answers have the
+    # contributor answer cap; a webhook's ``{revision}`` keeps query_revision's small one.
+    mcp_cap = {"max_response_bytes": contributors.settings.limits.max_contributor_response_bytes}
     answers = await asyncio.gather(
         *(
             query_revision(
@@ -104,6 +107,7 @@ async def revision_reasons(
                 deadline,
                 preparation_id=record.id,
                 clock=clock.monotonic,
+                **(mcp_cap if target.mcp is not None else {}),
             )
             for target in targets
         )

@@ -3,7 +3,9 @@
 A contributor names a registered endpoint (the configuration's URL and secret, for the tenants it
 lists) or an inline URL, which is checked against the allowlist and the private ranges, its DNS
 inside the deadline (``contributors/ssrf.py``). :meth:`Contributors.collect` calls them all at
-once and checks each answer against the per-source block rules as it arrives.
+once and checks each answer against the per-source block rules as it arrives. A registered
+endpoint of ``kind = "mcp"`` is an MCP server: its target carries the tenant's endpoint (and
+session) from :class:`~context_assembly.contributors.mcp.McpEndpoints`.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any
 
-from context_assembly.config import Settings
+from context_assembly.config import ContributorSettings, Settings
 from context_assembly.contributors.calls import (
     ContributorOutcome,
     ContributorTarget,
@@ -24,48 +26,17 @@ from context_assembly.contributors.calls import (
     raise_for_failures,
 )
 from context_assembly.contributors.client import ContributorClient
+from context_assembly.contributors.mcp import McpEndpoints, McpSpec
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
 from context_assembly.core.blocks import check_source_blocks
-from context_assembly.core.memo import blocks_digest
 from context_assembly.core.request import ContributorRef, PrepareRequest
 from context_assembly.core.sources import SourceInput, SourceSetup, materialised_inputs
 from context_assembly.errors import AssemblyTimeoutError, InvalidError, UrlRejectedError
 from context_assembly.preparations.clock import Clock
 
-# Answers that passed the per-source block rules, by (source, max_block_characters, max_blocks,
-# digest of the blocks): a contributor that answers the same blocks turn after turn is checked
-# once. Only passes are kept (a failure is checked again, to name its rule); ~250 bytes an entry.
-MAX_PASSED_CHECKS: Final = 16_384
-PassedChecks = set[tuple[str, int, int, bytes]]
-
-
-def check_and_digest(
-    outcome: ContributorOutcome,
-    request: PrepareRequest,
-    digests: dict[str, bytes],
-    passed: PassedChecks,
-) -> ContributorOutcome:
-    """``check_blocks`` and the digest of the blocks (``memo.blocks_digest``, the memo key): run
-    on each answer as it arrives. The digest comes first: with the limits the rules read, it says
-    whether these very blocks already passed (``passed``), and then the rules are not run again."""
-    if not outcome.ok:
-        return outcome
-    digest_ = blocks_digest(outcome.blocks)
-    options = request.options
-    key = (outcome.source, options.max_block_characters, options.max_blocks, digest_)
-    if key not in passed:
-        checked = check_blocks(outcome, request)
-        if not checked.ok:
-            return checked
-        if len(passed) >= MAX_PASSED_CHECKS:
-            passed.clear()
-        passed.add(key)
-    digests[outcome.source] = digest_
-    return outcome
-
 
 def check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
-    """Apply the per-source block rules of SPEC §5.1 to one contributor's answer.
+    """Apply the per-source block rules (docs/contract.md, "Block rules") to one contributor's answer.
 
     A contributor whose blocks break them (an empty or over-long id, a control character, text
     over ``max_block_characters``, priority out of range, an unqualified dependency, a bad expiry,
@@ -100,6 +71,17 @@ async def _first_error_cancels(*calls: Awaitable[Any]) -> list[Any]:
             task.cancel()
 
 
+def mcp_spec(conf: ContributorSettings) -> McpSpec:
+    """What a ``kind = "mcp"`` registration reads, with its header values resolved."""
+    return McpSpec(
+        url=conf.url,
+        resources=conf.resources if conf.resources == "listed" else tuple(conf.resources or ()),
+        tool=conf.tool,
+        tool_arguments=conf.tool_arguments or {},
+        headers={name: value.get_secret_value() for name, value in conf.headers.items()},
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Collected:
     """Contributor results of one round, ready for the core."""
@@ -128,15 +110,26 @@ class Contributors:
         self.client = client
         self.resolver = resolver
         self.clock = clock
-        self.passed_checks: PassedChecks = set()
+        self.mcp = McpEndpoints()
         self.reconfigure(settings)
 
     def reconfigure(self, settings: Settings) -> None:
-        """Take reloaded settings (registrations, allowlist, limits) for the next calls."""
+        """Take reloaded settings (registrations, allowlist, limits) for the next calls; the MCP
+        sessions of registrations removed or changed are dropped."""
         self.settings = settings
         self.url_policy = UrlPolicy(
             allow=settings.inline_urls.entries(), allow_private=settings.inline_urls.allow_private
         )
+        self.mcp_specs = {
+            name: mcp_spec(conf)
+            for name, conf in settings.contributors.items()
+            if conf.kind == "mcp"
+        }
+        self.mcp.retain(self.mcp_specs)
+
+    async def aclose(self) -> None:
+        """Drop the MCP sessions (at shutdown, before the contributor client closes)."""
+        await self.mcp.aclose()
 
     def registered(self, tenant: str, index: int, ref: ContributorRef) -> ContributorTarget:
         """The target of the registered endpoint ``ref`` names, as registered now; an endpoint
@@ -148,6 +141,7 @@ class Contributors:
                 f"{ref.endpoint!r} is registered for this tenant",
                 field=f"contributors.{index}.endpoint",
             )
+        spec = self.mcp_specs.get(ref.endpoint or "")
         secret = conf.secret.get_secret_value() if conf.secret is not None else None
         return ContributorTarget(
             source=ref.source,
@@ -155,6 +149,7 @@ class Contributors:
             secret=secret,
             failure_policy=ref.failure_policy or conf.failure_policy,
             kind="registered",
+            mcp=self.mcp.registered(tenant, ref.endpoint or "", spec) if spec else None,
         )
 
     def split(
@@ -235,7 +230,6 @@ class Contributors:
         deadline = start + max(budget_ms, 0.0) / 1000.0
         targets, inline = self.split(tenant, request.contributors)
         outcomes: list[ContributorOutcome] = []
-        digests: dict[str, bytes] = {}
         if request.contributors:
             # With no time left (a refresh after a slow prepare), every call settles as
             # ``skipped_deadline`` unsent, and each source's failure policy decides as usual.
@@ -256,9 +250,7 @@ class Contributors:
                 deadline_monotonic=deadline,
                 max_response_bytes=self.settings.limits.max_contributor_response_bytes,
                 clock=self.clock.monotonic,
-                check=functools.partial(
-                    check_and_digest, request=request, digests=digests, passed=self.passed_checks
-                ),
+                check=functools.partial(check_blocks, request=request),
                 fail_fast=True,
             )
             registered = call(targets)
@@ -292,7 +284,6 @@ class Contributors:
                         outcome.duration_ms,
                         outcome.revision,
                         outcome.blocks,
-                        digests.get(setup.source) if outcome.ok else None,
                     )
                 )
             else:

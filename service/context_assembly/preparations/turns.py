@@ -21,15 +21,26 @@ Record (``record_part``)
     (``PrefixDigests``: hashes, never text), ``selection.cache`` (kept even when the answer
     leaves it out, for the timeline), the wall time it was made and ``expected_cached_tokens``,
     which a usage report of the main call shows beside the provider's ``cached_input_tokens``.
+    To explain the turn without the previous record it also keeps: the turn's number, the names
+    of its prefix (model, render target, layout, tool names in frame order: names, never
+    texts), the first change by name (``named_change``), why the expected figure is what it is
+    (``expected_reason``), the seconds since the previous turn, the provider's cache lifetime
+    and the model's minimum cacheable length.
+
+Timeline (``page``)
+    A page holds at most ``TIMELINE_TURNS`` turns of the chain, oldest first: the newest, or
+    those numbered below ``before``. A record made before turn numbers were kept takes its number
+    from the newer turn it precedes, or has none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from context_assembly.core.assemble import Assembly
 from context_assembly.core.cache import (
     DEFAULT_CACHE,
     CacheTurn,
@@ -38,14 +49,17 @@ from context_assembly.core.cache import (
     expected_cached_tokens,
 )
 from context_assembly.core.fingerprint import digest
-from context_assembly.core.request import CacheOptions, PrepareRequest, Scope
+from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Scope
+from context_assembly.core.result import CacheReport, FirstChange
+from context_assembly.engine import rfc3339
+from context_assembly.lifecycle import CacheMiss, ExpectedReason, Timeline, TimelineTurn
 from context_assembly.storage import PreparationRecord, Store
 
 CACHE: Final = "cache"
 """The record's field holding the turn (see the module doc)."""
 
 TIMELINE_TURNS: Final = 50
-"""The most turns the timeline shows (the newest ones)."""
+"""The most turns a page of the timeline shows."""
 
 
 def scope_key(tenant: str, scope: Scope) -> str:
@@ -94,21 +108,40 @@ async def previous(store: Store, tenant: str, request: PrepareRequest, now: floa
 
 
 def record_part(
-    request: PrepareRequest, turn: CacheTurn, before: Previous, now: float
+    request: PrepareRequest,
+    turn: CacheTurn,
+    before: Previous,
+    now: float,
+    *,
+    assembly: Assembly,
+    model: str,
+    minimum: int | None,
 ) -> dict[str, Any]:
-    """What the record keeps of a turn (see the module doc); ``now`` is the wall time."""
+    """What the record keeps of a turn (see the module doc); ``now`` is the wall time,
+    ``model`` the model assembled for and ``minimum`` its minimum cacheable length
+    (``engine.cache_minimum``)."""
     options = request.cache if request.cache is not None else DEFAULT_CACHE
     report = turn.report
-    expected = 0
+    lifetime = cache_lifetime(request.render, options)
     part = before.part
-    if part is not None:
+    since = None if part is None else round(max(0.0, now - float(part["created_at"])), 3)
+    previous_cacheable = None if part is None else int(part["report"]["cacheable_tokens"])
+    expected = 0
+    if since is not None and previous_cacheable is not None:
         expected = expected_cached_tokens(
             prefix_kept=report.prefix_kept,
             cacheable_tokens=report.cacheable_tokens,
-            previous_cacheable_tokens=int(part["report"]["cacheable_tokens"]),
-            since_previous=timedelta(seconds=now - float(part["created_at"])),
-            lifetime=cache_lifetime(request.render, options),
+            previous_cacheable_tokens=previous_cacheable,
+            since_previous=timedelta(seconds=since),
+            lifetime=lifetime,
         )
+    names = {
+        "model": model,
+        "render": request.render,
+        "layout": request.options.layout,
+        "tools": [tool.name for tool in assembly.placed.tools],
+    }
+    previous_names = None if part is None else part.get("names")
     return {
         "options": None
         if request.cache is None
@@ -118,7 +151,108 @@ def record_part(
         "report": report.model_dump(mode="json"),
         "created_at": now,
         "expected_cached_tokens": expected,
+        "turn": _next_number(part),
+        "names": names,
+        "named_change": named_change(report.first_change, names, assembly.history, previous_names),
+        "expected_reason": expected_reason(
+            report,
+            has_previous=part is not None,
+            previous_cacheable_tokens=previous_cacheable,
+            since_previous=since,
+            lifetime=lifetime,
+        ),
+        "since_previous_seconds": since,
+        "lifetime_seconds": None if lifetime is None else lifetime.total_seconds(),
+        "min_cacheable_tokens": minimum,
     }
+
+
+def _next_number(previous: Mapping[str, Any] | None) -> int | None:
+    """A turn's number: 1 without a previous turn, the previous one's plus one (``None`` when
+    the previous record has no number: made before numbers were kept)."""
+    if previous is None:
+        return 1
+    number = previous.get("turn")
+    return None if number is None else int(number) + 1
+
+
+def _model_name(names: Mapping[str, Any]) -> str:
+    return f"{names['model']} ({names['render']})"
+
+
+def named_change(
+    change: FirstChange | None,
+    names: Mapping[str, Any],
+    history: Sequence[Message],
+    previous: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """``change`` with names (``lifecycle.NamedChange``): this turn's ``names`` and ``history``
+    sent, and the previous turn's ``names`` (``None`` for a record made before they were kept).
+    Only names and roles: never a text."""
+    if change is None:
+        return None
+    named: dict[str, Any] = {"part": change.part, "index": change.index, "change": "changed"}
+    index = change.index
+    if change.part == "model":
+        named["name"] = _model_name(names)
+        if previous is not None:
+            named["previous_name"] = _model_name(previous)
+    elif change.part == "layout":
+        named["name"] = names["layout"]
+        if previous is not None:
+            named["previous_name"] = previous["layout"]
+    elif change.part == "tools" and index is not None:
+        tools: list[str] = names["tools"]
+        before: list[str] | None = None if previous is None else previous["tools"]
+        if index >= len(tools):
+            named["change"] = "removed"
+            if before is not None and index < len(before):
+                named["name"] = before[index]
+        else:
+            named["name"] = tools[index]
+            if before is not None and index >= len(before):
+                named["change"] = "added"
+            elif before is not None and before[index] != tools[index]:
+                # Tools are laid out by name: a new tool shifts the others, a removed one too.
+                if tools[index] not in before and before[index] in tools:
+                    named["change"] = "added"
+                elif before[index] not in tools and tools[index] in before:
+                    named["change"] = "removed"
+                    named["name"] = before[index]
+                else:
+                    named["previous_name"] = before[index]
+    elif change.part == "history" and index is not None:
+        if index < len(history):
+            named["role"] = history[index].role
+        else:
+            named["change"] = "removed"
+    return named
+
+
+def expected_reason(
+    report: CacheReport,
+    *,
+    has_previous: bool,
+    previous_cacheable_tokens: int | None,
+    since_previous: float | None,
+    lifetime: timedelta | None,
+) -> ExpectedReason:
+    """Why ``expected_cached_tokens`` is what it is: the conditions of
+    ``core.cache.expected_cached_tokens`` in its order, ``"cached"`` when none holds (the
+    figure is then above 0; a test holds the two together)."""
+    if not has_previous:
+        return "first_turn" if report.previous_preparation_id is None else "previous_unknown"
+    if report.prefix_kept is not True:
+        return "prefix_changed" if report.prefix_kept is False else "previous_unknown"
+    if lifetime is None:
+        return "no_provider_cache"
+    if since_previous is not None and timedelta(seconds=since_previous) > lifetime:
+        return "expired"
+    if report.cacheable_tokens == 0:
+        return "nothing_cacheable"
+    if not previous_cacheable_tokens:
+        return "previous_nothing_cacheable"
+    return "cached"
 
 
 def stored_options(data: Mapping[str, Any]) -> CacheOptions | None:
@@ -141,20 +275,103 @@ def expected_of(data: Mapping[str, Any]) -> int | None:
     return None if part is None else part.get("expected_cached_tokens")
 
 
-async def chain(store: Store, record: PreparationRecord, now: float) -> list[PreparationRecord]:
-    """``record`` and the preparations before it in the same scope, oldest first, at most
-    ``TIMELINE_TURNS``: each record's previous preparation, while it is live, the tenant's and
-    of the same scope."""
-    turns = [record]
-    current = record
-    while len(turns) < TIMELINE_TURNS:
+def miss(
+    prefix_kept: bool | None,
+    reason: str | None,
+    expected: int | None,
+    reported: int | None,
+) -> CacheMiss | None:
+    """How a turn missed the cache, if it did: its prefix changed, the previous turn's cache had
+    expired, or the provider reported fewer cached tokens than expected."""
+    if prefix_kept is False:
+        return "prefix_changed"
+    if reason == "expired":
+        return "expired"
+    if reported is not None and expected is not None and reported < expected:
+        return "provider"
+    return None
+
+
+def timeline_turn(record: PreparationRecord, number: int | None) -> TimelineTurn:
+    """A record as a turn of the timeline; ``number`` is its turn's (``page`` derives it for a
+    record that has none)."""
+    data = record.data
+    part = part_of(data) or {}
+    report = part.get("report") or {}
+    created = part.get("created_at")
+    last = record.accounting.last
+    reported = None if last is None else last.get("cached_input_tokens")
+    expected = part.get("expected_cached_tokens")
+    reason = part.get("expected_reason")
+    change = part.get("named_change") or report.get("first_change")
+    return TimelineTurn.model_validate(
+        {
+            "turn": number,
+            "preparation_id": record.id,
+            "created_at": None
+            if created is None
+            else rfc3339(datetime.fromtimestamp(float(created), UTC)),
+            "model": data["model"],
+            "render": data["render"],
+            "layout": data["response"]["layout"],
+            "total_input_tokens": data["estimated_input_tokens"],
+            "previous_preparation_id": part.get("previous_preparation_id"),
+            "prefix_kept": report.get("prefix_kept"),
+            "first_change": change,
+            "cacheable_tokens": report.get("cacheable_tokens"),
+            "expected_cached_tokens": expected,
+            "expected_reason": reason,
+            "seconds_since_previous": part.get("since_previous_seconds"),
+            "cache_lifetime_seconds": part.get("lifetime_seconds"),
+            "cached_input_tokens": reported,
+            "miss": miss(report.get("prefix_kept"), reason, expected, reported),
+        }
+    )
+
+
+def _number(record: PreparationRecord) -> int | None:
+    part = part_of(record.data)
+    number = None if part is None else part.get("turn")
+    return None if number is None else int(number)
+
+
+async def page(
+    store: Store, record: PreparationRecord, now: float, before: int | None = None
+) -> Timeline:
+    """A page of ``record``'s conversation, oldest first: ``record`` and the preparations before
+    it (each record's previous preparation, while it is live, the tenant's and of the same
+    scope), at most ``TIMELINE_TURNS``, the newest or those numbered below ``before``.
+
+    The chain is walked from ``record`` (one read per turn, newer turns included when
+    ``before`` skips them); ``older_before`` is set when a live turn older than the page
+    follows it."""
+    shown: list[tuple[PreparationRecord, int | None]] = []  # newest first
+    seen = {record.id}
+    current, number = record, _number(record)
+    older = False
+    while True:
+        if before is None or (number is not None and number < before):
+            if len(shown) == TIMELINE_TURNS:
+                older = True
+                break
+            shown.append((current, number))
         prep_id = stored_previous(current.data)
-        if prep_id is None or any(t.id == prep_id for t in turns):
+        if prep_id is None or prep_id in seen:
             break
         found = await store.get(record.tenant, prep_id, now)
         if found is None or found.data.get("scope_hash") != record.data.get("scope_hash"):
             break
-        turns.append(found)
-        current = found
-    turns.reverse()
-    return turns
+        seen.add(prep_id)
+        stored = _number(found)
+        current, number = found, stored if stored is not None else _less(number)
+    shown.reverse()
+    oldest = shown[0][1] if shown else None
+    return Timeline(
+        preparation_id=record.id,
+        turns=[timeline_turn(r, n) for r, n in shown],
+        older_before=oldest if older and oldest is not None else None,
+    )
+
+
+def _less(number: int | None) -> int | None:
+    return None if number is None or number <= 1 else number - 1

@@ -43,20 +43,21 @@ async def open_store(
     path: str | os.PathLike[str] | None = None,
     redis_url: str | None = None,
     key_prefix: str = "ca:",
+    sqlite_synchronous: Literal["normal", "full"] = "normal",
 ) -> Store:
     """Open the configured backend.
 
     ``sqlite`` needs ``path`` and opens the file now (creating it and its schema; failures raise
-    ``StoreUnavailableError``). ``redis`` needs ``redis_url`` and connects lazily: call
-    ``ping()`` to check reachability. Backends are imported here so that a SQLite deployment
-    never imports the Redis client.
+    ``StoreUnavailableError``), with ``PRAGMA synchronous`` set to ``sqlite_synchronous``.
+    ``redis`` needs ``redis_url`` and connects lazily: call ``ping()`` to check reachability.
+    Backends are imported here so that a SQLite deployment never imports the Redis client.
     """
     if backend == "sqlite":
         if path is None:
             raise ValueError("the sqlite store needs a path")
         from context_assembly.storage.sqlite import SqliteStore
 
-        return await SqliteStore.open(path)
+        return await SqliteStore.open(path, synchronous=sqlite_synchronous)
     if backend == "redis":
         if redis_url is None:
             raise ValueError("the redis store needs a redis_url")

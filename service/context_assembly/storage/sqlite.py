@@ -12,10 +12,11 @@ SQLite checkpoints the WAL on that connection by itself (``wal_autocheckpoint``)
 ``ping`` is the one exception: it reads the file on a second connection, on the event loop, so a
 readiness probe answers at once even while the worker thread waits for the write lock.
 
-Durability and safety (SQLite's documentation of write-ahead logging): WAL journal,
-``synchronous=NORMAL`` (cannot corrupt in WAL mode; a committed transaction survives a crash of
-the process, a power loss may lose the last ones; ``FULL`` keeps them too, at an fsync per
-write), busy timeout 5 s by default.
+Durability and safety (SQLite's documentation of write-ahead logging and of ``PRAGMA
+synchronous``): WAL journal, ``synchronous`` as configured (``[store] sqlite_synchronous``):
+``NORMAL`` by default (cannot corrupt in WAL mode; a committed transaction survives a crash of the
+process, a power loss or an OS crash may lose the last ones), ``FULL`` to keep those too, at an
+fsync of the WAL per commit (docs/decisions.md, Storage); busy timeout 5 s by default.
 WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3.51.2 have the
 WAL-reset bug that can corrupt a database written by several processes at once; see
 ``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
@@ -43,7 +44,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage.base import (
@@ -119,6 +120,10 @@ _SLOT_COLUMN: dict[Slot, str] = {"last": "last", "auxiliary": "auxiliary"}
 
 _LIVE = "id = ? AND tenant = ? AND expires_at > ?"
 
+Synchronous = Literal["normal", "full"]
+# ``[store] sqlite_synchronous`` to the PRAGMA's keyword: only these reach SQL text.
+_SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
+
 
 def wal_multiprocess_safe(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> bool:
     """Whether this SQLite is free of the WAL-reset bug (its section in SQLite's documentation of
@@ -156,11 +161,12 @@ class SqliteStore:
         path: str | os.PathLike[str],
         *,
         busy_timeout_ms: int = 5000,
-        synchronous: str = "NORMAL",
+        synchronous: Synchronous = "normal",
     ) -> SqliteStore:
-        """Open (creating if needed) the database file, switch it to WAL and ensure the schema."""
-        if synchronous not in {"NORMAL", "FULL"}:
-            raise ValueError("synchronous must be NORMAL or FULL")
+        """Open (creating if needed) the database file, switch it to WAL, set ``PRAGMA
+        synchronous`` and ensure the schema."""
+        if synchronous not in _SYNCHRONOUS:
+            raise ValueError("synchronous must be 'normal' or 'full'")
         executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="context-assembly-sqlite"
         )
@@ -469,7 +475,7 @@ def _connect(path: str, busy_timeout_ms: int, synchronous: str) -> sqlite3.Conne
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"could not switch {path!r} to WAL (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(f"PRAGMA synchronous = {_SYNCHRONOUS[synchronous]}")
         _write(_ensure_schema, conn)
     except BaseException:
         conn.close()

@@ -250,6 +250,12 @@ _counters_lock = threading.Lock()
 _shared_cache = CountCache()
 
 
+def shared_count_cache() -> CountCache:
+    """The one ``CountCache`` the counters of ``get_counter`` share (``/metrics`` shows its
+    ``info()``)."""
+    return _shared_cache
+
+
 def get_counter(name: TokenizerName) -> TokenCounter:
     """The process-wide counter for a tokenizer (the first call for an encoding builds it, ~0.3 s)."""
     counter = _counters.get(name)

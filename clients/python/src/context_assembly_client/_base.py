@@ -66,7 +66,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
             "refresh_preparation", "POST", "/v1/preparations/{preparation_id}/refresh", False
         ),
         Operation("repair_preparation", "POST", "/v1/preparations/{preparation_id}/repair", False),
-        # Idempotent by report_id on the server (SPEC §3.3), hence safe to repeat.
+        # Idempotent by report_id on the server (docs/contract.md, "Accounting"), hence safe to repeat.
         Operation("report_usage", "POST", "/v1/preparations/{preparation_id}/usage", True),
         Operation("get_breakdown", "GET", "/v1/preparations/{preparation_id}/breakdown", True),
         Operation("get_timeline", "GET", "/v1/preparations/{preparation_id}/timeline", True),

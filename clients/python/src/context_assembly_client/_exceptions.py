@@ -16,13 +16,14 @@
           ├── ContributorUrlRejectedError    CONTRIBUTOR_URL_REJECTED   422
           ├── AuthenticationError            UNAUTHENTICATED            401
           ├── NotFoundError                  NOT_FOUND                  404
+          ├── BadRequestError                BAD_REQUEST                400
           ├── PayloadTooLargeError           PAYLOAD_TOO_LARGE          413
           ├── StoreUnavailableError          STORE_UNAVAILABLE          503
           └── InternalServerError            any other 5xx
 
 The class is chosen from the problem ``code`` first; an answer without a known code (a proxy's
-page, a future code) falls back by status: 401, 404 and 413 to their classes, any other 5xx to
-``InternalServerError``, anything else to ``APIStatusError`` itself. All of it happens in
+page, a future code) falls back by status: 400, 401, 404 and 413 to their classes, any other 5xx
+to ``InternalServerError``, anything else to ``APIStatusError`` itself. All of it happens in
 :func:`make_status_error`, the one place that reads an error response.
 """
 
@@ -40,6 +41,7 @@ __all__ = [
     "AssemblyOverflowError",
     "AssemblyTimeoutError",
     "AuthenticationError",
+    "BadRequestError",
     "ContextAssemblyError",
     "ContextOverflowError",
     "ContributorFailedError",
@@ -128,7 +130,7 @@ class AssemblyTimeoutError(APIStatusError):
 
 
 class StaleError(APIStatusError):
-    """Something the preparation relied on changed; ``reasons`` lists what (SPEC §3.3)."""
+    """Something the preparation relied on changed; ``reasons`` lists what (docs/contract.md, "Lifecycle")."""
 
     expected_code = "CONTEXT_ASSEMBLY_STALE"
 
@@ -167,6 +169,14 @@ class NotFoundError(APIStatusError):
     expected_code = "NOT_FOUND"
 
 
+class BadRequestError(APIStatusError):
+    """The request was not valid HTTP and was refused before it was read (a malformed request
+    line, header field, ``Content-Length`` or chunk): a bug in the HTTP stack that sent it, or in
+    a proxy on the way."""
+
+    expected_code = "BAD_REQUEST"
+
+
 class PayloadTooLargeError(APIStatusError):
     """The request body is over the service's configured limit."""
 
@@ -195,6 +205,7 @@ _BY_CODE: dict[str, type[APIStatusError]] = {
         ContributorUrlRejectedError,
         AuthenticationError,
         NotFoundError,
+        BadRequestError,
         PayloadTooLargeError,
         StoreUnavailableError,
     )
@@ -202,6 +213,7 @@ _BY_CODE: dict[str, type[APIStatusError]] = {
 }
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
     401: AuthenticationError,
     404: NotFoundError,
     413: PayloadTooLargeError,

@@ -1,4 +1,4 @@
-"""Serve a contributor webhook (SPEC §3.4) from one Python function, as a plain ASGI app.
+"""Serve a contributor webhook (docs/contract.md, "Webhook protocol") from one Python function, as a plain ASGI app.
 
 ::
 

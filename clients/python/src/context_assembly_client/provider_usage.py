@@ -1,7 +1,7 @@
 """Turn a provider SDK's response into the ``(provider, usage)`` pair ``report_usage`` takes.
 
-The service wants the provider's usage object **as received** and normalises it itself (SPEC
-§3.3), so these helpers only find the object and make it plain JSON data; they never rename or
+The service wants the provider's usage object **as received** and normalises it itself
+(docs/contract.md, "Accounting"), so these helpers only find the object and make it plain JSON data; they never rename or
 compute a field. Each accepts the SDK's response object, the response as a dict (the REST JSON),
 or the usage object itself::
 

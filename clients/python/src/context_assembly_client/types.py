@@ -42,9 +42,11 @@ __all__ = [
     "Frame",
     "Health",
     "HistoryPolicy",
+    "ManifestWarning",
     "Message",
     "ModelInfo",
     "ModelList",
+    "NamedChange",
     "NativeHistory",
     "NativePart",
     "Observation",
@@ -294,7 +296,7 @@ class CacheOptions(RequestModel):
 
 
 class PrepareRequest(RequestModel):
-    """The body of ``prepare``, ``budget`` and ``refresh`` (SPEC §3.1).
+    """The body of ``prepare``, ``budget`` and ``refresh`` (docs/api.md, "POST /v1/prepare").
 
     Give exactly one of ``model`` or ``models`` (candidates in preference order, with
     ``routing``); ``history`` is a message list or a :class:`NativeHistory`.
@@ -466,6 +468,13 @@ class CacheReport(ResponseModel):
     prompt_cache_retention: str | None = None
 
 
+class ManifestWarning(ResponseModel):
+    """A fact about how the frame was made that the caller may not expect."""
+
+    code: Literal["unknown_model"]
+    detail: str
+
+
 class OutputLimit(ResponseModel):
     """``selection.output_limit``: the output-limit parameter a provider frame carries."""
 
@@ -490,6 +499,7 @@ class SelectionReport(ResponseModel):
     routing: RoutingReport | None = None
     cache: CacheReport | None = None
     output_limit: OutputLimit | None = None
+    warnings: list[ManifestWarning] = Field(default_factory=list)
 
 
 class PrepareResponse(ResponseModel):
@@ -567,9 +577,26 @@ class UsageResponse(ResponseModel):
     accounting: AccountingReport
 
 
-class TimelineTurn(ResponseModel):
-    """One preparation of a timeline (``prefix_kept``/``first_change`` as in ``selection.cache``)."""
+class NamedChange(ResponseModel):
+    """``first_change`` with the names the record keeps: the tool's name (``name``, and
+    ``previous_name`` when another was there), the history message's ``role``, or the model
+    and layout before and after; ``change`` is ``changed``, ``added`` or ``removed``."""
 
+    part: Literal["model", "tools", "instructions", "layout", "history"]
+    index: int | None
+    change: Literal["changed", "added", "removed"] | None = None
+    name: str | None = None
+    previous_name: str | None = None
+    role: str | None = None
+
+
+class TimelineTurn(ResponseModel):
+    """One turn of a timeline page: its number, figures, how its prefix compared with the
+    previous turn's, why the expected cached tokens are what they are, and its ``miss``:
+    ``prefix_changed``, ``expired`` or ``provider`` (fewer cached tokens reported than
+    expected)."""
+
+    turn: int | None
     preparation_id: str
     created_at: str | None
     model: str
@@ -578,17 +605,35 @@ class TimelineTurn(ResponseModel):
     total_input_tokens: int
     previous_preparation_id: str | None
     prefix_kept: bool | None
-    first_change: FirstChange | None
+    first_change: NamedChange | None
     cacheable_tokens: int | None
     expected_cached_tokens: int | None
+    expected_reason: (
+        Literal[
+            "first_turn",
+            "previous_unknown",
+            "prefix_changed",
+            "no_provider_cache",
+            "expired",
+            "nothing_cacheable",
+            "previous_nothing_cacheable",
+            "cached",
+        ]
+        | None
+    )
+    seconds_since_previous: float | None
+    cache_lifetime_seconds: float | None
     cached_input_tokens: int | None
+    miss: Literal["prefix_changed", "expired", "provider"] | None
 
 
 class Timeline(ResponseModel):
-    """``GET /v1/preparations/{id}/timeline``: the turns of the preparation's scope, oldest first."""
+    """``GET /v1/preparations/{id}/timeline``: a page of the conversation's turns, oldest first
+    (at most 50); ``older_before`` is the ``before`` of the page of older turns."""
 
     preparation_id: str
     turns: list[TimelineTurn]
+    older_before: int | None
 
 
 class PreparationView(ResponseModel):

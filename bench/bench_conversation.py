@@ -1,0 +1,536 @@
+"""Conversation benchmark: a 40-turn agent conversation through a real service, against the
+stored echo on the same bodies, measured in the processes' CPU time.
+
+The conversation (``conversation``): 2k-token instructions, 10 tools with JSON schemas, a history
+that grows by a user and an assistant message (OpenAI Chat shape) each turn, a ``memory`` source
+of 30 stable entries plus one new entry per turn, a ``retrieval`` source of 8 fresh ~150-token
+passages every turn, ``cache: {"key": "auto"}`` and ``render: "openai-chat"``, under a data limit
+that the last turns overflow (so selection omits and projects).
+
+The figure's conversation sends both sources inline (``contributions``): the service and the echo
+then read the very same bytes, and the ratio measures what the service does with a body beyond
+parsing and storing it. A second conversation, for reference, has the service fetch the passages
+from a registered, signed loopback webhook (``bench/retrieval_contributor.py``), as a retrieval
+source usually is: its bodies lack the passages, so it has no echo to compare with.
+
+The service is ``context-assembly serve`` (uvicorn, one worker) on a free loopback port with a
+temporary SQLite file; the stored echo is ``bench/echo_app.py``'s ``/v1/prepare-stored`` (FastAPI
+parses the same request model and commits the body to SQLite before it answers), its own uvicorn
+process. Each conversation has a fresh scope. Its turns are sent in order, each turn's body to
+the service and to the echo one after the other (each over its own keep-alive connection,
+after its previous answer), so that both sides of a turn are measured within milliseconds of
+each other on a machine whose speed moves. The CPU of a process is the sum of its threads' time
+on CPU (``/proc/<pid>/task/*/schedstat``, first field, ns), read before and after each turn: it
+does not move with the machine's wake-up latency as wall time does. The figures are medians
+over the conversations (a warm-up conversation first, not counted); the wall p50/p99 per turn is
+printed for reference, pooled over the counted turns.
+
+``--tree LABEL=DIR`` (repeatable) runs the service from the source tree DIR instead
+(``PYTHONPATH=DIR/service:DIR/clients/python/src python -m context_assembly.cli serve``): an A/B of
+copies of the repository, every turn going to every tree, the first tree being the control the
+others are compared with (their answers must decide the same, ``same``). It prints no figures.
+
+Bounded: fixed turn counts, loopback only, every process stopped at the end. The default run takes
+under a minute.
+
+    .venv/bin/python bench/bench_conversation.py [--conversations 5] [--turns 40]
+    .venv/bin/python bench/bench_conversation.py --retrieval inline --tree on=DIR1 --tree off=DIR2
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+from bench_service import BIN, HERE, cpu_seconds, free_port, pct, run, start, stop
+from figures import report
+
+from context_assembly.tokens.counter import get_counter
+
+MODEL = "gpt-4o-mini"  # o200k_base
+TARGET = 2.5  # service CPU per turn / stored echo CPU per turn
+DATE_LINE = re.compile(rb"Current date and time: [^\\\"]*")  # core/layout.py's date_line
+
+# --------------------------------------------------------------------------- the conversation
+
+_NOUNS = (
+    "export job", "invoice", "refund", "shipment", "ledger entry", "customer record", "ticket",
+    "deployment", "backup", "quota", "payment run", "audit trail", "warehouse slot", "contract",
+    "subscription", "price list", "purchase order", "credit note", "tax report", "data feed",
+)  # fmt: skip
+_VERBS = (
+    "check", "confirm", "reconcile", "summarise", "escalate", "archive", "compare", "verify",
+    "update", "schedule", "cancel", "retry", "approve", "flag", "document", "trace",
+)  # fmt: skip
+_QUALIFIERS = (
+    "before the end of the business day", "for the account named in the request",
+    "using only the figures the tools return", "without changing any other record",
+    "and note every assumption you make", "in the customer's own currency",
+    "against last month's closing balance", "while the batch window is open",
+    "with the ticket number in the first line", "unless a manager has already signed off",
+)  # fmt: skip
+
+_COUNT = get_counter("o200k_base").count
+
+
+def prose(rng: random.Random, tokens: int, lead: str = "") -> str:
+    """Sentences of operations prose, ``tokens`` long (o200k, within a sentence)."""
+    sentences = [lead] if lead else []
+    while _COUNT(" ".join(sentences)) < tokens:
+        sentences.append(
+            f"{rng.choice(_VERBS).capitalize()} the {rng.choice(_NOUNS)} {rng.randint(100, 99999)}"
+            f" {rng.choice(_QUALIFIERS)}; the {rng.choice(_NOUNS)} depends on it."
+        )
+    return " ".join(sentences)
+
+
+def _param(kind: str, description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "description": description, **extra}
+
+
+def tools() -> list[dict[str, Any]]:
+    """Ten tools an operations agent has, with the JSON schemas such tools carry."""
+    account = _param("string", "The account id, e.g. ACC-1042.", pattern="^ACC-[0-9]+$")
+    limit = _param("integer", "How many results at most.", minimum=1, maximum=100, default=10)
+    specs: list[tuple[str, str, dict[str, Any], list[str]]] = [
+        ("search_documents", "Search the knowledge base; returns ranked passages.",
+         {"query": _param("string", "What to look for."), "limit": limit,
+          "filters": {"type": "object", "properties": {
+              "source": _param("string", "Only this collection.",
+                               enum=["runbooks", "policies", "tickets", "contracts"]),
+              "updated_after": _param("string", "ISO 8601 date.", format="date")}}},
+         ["query"]),
+        ("get_account", "Read an account's profile, plan and balances.",
+         {"account_id": account, "include": {"type": "array", "items": _param(
+             "string", "A section.", enum=["plan", "balances", "contacts", "limits"])}},
+         ["account_id"]),
+        ("list_invoices", "List an account's invoices, newest first.",
+         {"account_id": account, "status": _param(
+             "string", "Only invoices in this state.", enum=["open", "paid", "overdue", "void"]),
+          "limit": limit}, ["account_id"]),
+        ("create_refund", "Refund part or all of a paid invoice.",
+         {"invoice_id": _param("string", "The invoice to refund."),
+          "amount": _param("number", "Amount in the invoice currency.", exclusiveMinimum=0),
+          "reason": _param("string", "Why, for the audit trail.", maxLength=500)},
+         ["invoice_id", "amount", "reason"]),
+        ("run_report", "Run a named SQL report against the read replica.",
+         {"report": _param("string", "The report's name.",
+                           enum=["aging", "churn", "usage", "revenue", "failed_payments"]),
+          "period": {"type": "object", "properties": {
+              "from": _param("string", "Start date.", format="date"),
+              "to": _param("string", "End date.", format="date")},
+           "required": ["from", "to"]}}, ["report", "period"]),
+        ("open_ticket", "Open a support ticket and assign it.",
+         {"title": _param("string", "One line.", maxLength=120),
+          "body": _param("string", "What happened and what is needed."),
+          "priority": _param("string", "Urgency.", enum=["low", "normal", "high", "urgent"]),
+          "assignee": _param("string", "A team or a person's handle.")},
+         ["title", "body"]),
+        ("send_email", "Send an email to a customer contact from the support address.",
+         {"to": {"type": "array", "items": _param("string", "An address.", format="email"),
+                 "minItems": 1},
+          "subject": _param("string", "The subject line."),
+          "body": _param("string", "Plain text."), "ticket_id": _param("string", "Link to.")},
+         ["to", "subject", "body"]),
+        ("schedule_job", "Schedule a batch job (export, retry, reconciliation).",
+         {"job": _param("string", "The job type.", enum=["export", "retry_payment", "reconcile"]),
+          "account_id": account, "at": _param("string", "When, ISO 8601.", format="date-time"),
+          "dry_run": _param("boolean", "Plan only.", default=False)}, ["job", "account_id"]),
+        ("store_get", "Read one saved memory entry in full by its key.",
+         {"key": _param("string", "The entry's key, as listed in the memory source.")}, ["key"]),
+        ("store_put", "Save or replace a memory entry for later turns.",
+         {"key": _param("string", "A short stable key."),
+          "value": _param("string", "What to remember.", maxLength=2000),
+          "ttl_days": _param("integer", "Forget after this many days.", minimum=1)},
+         ["key", "value"]),
+    ]  # fmt: skip
+    return [
+        {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": props, "required": required},
+        }
+        for name, description, props, required in specs
+    ]
+
+
+def passages(rng: random.Random, label: str) -> list[dict[str, Any]]:
+    """The retrieval source's answer to one turn: 8 fresh ~150-token passages, ranked."""
+    return [
+        {
+            "id": f"doc-{label}-{k}",
+            "text": prose(rng, 150, f"Passage {k} retrieved for {label}."),
+            "priority": 80 - 10 * k,
+            "projection": f"Passage {k} of {label} (search_documents finds it again).",
+        }
+        for k in range(8)
+    ]
+
+
+Retrieval = Literal["inline", "webhook"]
+
+
+def conversation(seed: int, turns: int, scope: str, retrieval: Retrieval) -> list[bytes]:
+    """The request bodies of one conversation of ``turns`` turns, in order (see the module
+    docstring), deterministic for its seed; ``scope`` makes it a new conversation for the
+    service's cache plans. The retrieval passages are inline, or fetched by the service from the
+    registered ``retrieval`` contributor (``bench/retrieval_contributor.py``)."""
+    rng = random.Random(seed)
+    instructions = prose(
+        rng, 2000, "You are the operations assistant of a billing team. Follow these rules."
+    )
+    memory = [
+        {
+            "id": f"mem-{i:03d}",
+            "text": prose(rng, 45, f"Saved fact {i}:"),
+            "priority": rng.randint(-50, 50),
+            "protected": i < 2,
+            "projection": f"Saved fact {i} (read it with store_get).",
+        }
+        for i in range(30)
+    ]
+    history: list[dict[str, Any]] = []
+    bodies = []
+    for turn in range(turns):
+        memory.append(
+            {
+                "id": f"note-{turn:03d}",
+                "text": prose(rng, 45, f"Noted in turn {turn}:"),
+                "priority": 60,
+            }
+        )
+        contributions = [{"source": "memory", "revision": turn, "blocks": memory}]
+        if retrieval == "inline":
+            contributions.append(
+                {"source": "retrieval", "revision": f"q{turn}", "blocks": passages(rng, f"t{turn}")}
+            )
+        question = {"role": "user", "content": prose(rng, 50, f"Turn {turn}.")}
+        body: dict[str, Any] = {
+            "model": MODEL,
+            "instructions": instructions,
+            "tools": tools(),
+            "render": "openai-chat",
+            "cache": {"key": "auto"},
+            "scope": {"account_id": "ACC-1042", "task_id": scope},
+            "assembly": {"max_data_tokens": 4000, "layout": "stable-prefix"},
+            "plugins": [
+                {"name": "memory", "instructions": "Saved entries; read one with store_get."},
+                {"name": "retrieval", "instructions": "Passages from the knowledge base."},
+            ],
+            "contributions": contributions,
+            "history": history,
+            "input": [question],
+        }
+        if retrieval == "webhook":
+            body["contributors"] = [{"source": "retrieval", "endpoint": "retrieval"}]
+        bodies.append(orjson.dumps(body))
+        answer = {"role": "assistant", "content": prose(rng, 200, f"Answer to turn {turn}.")}
+        history = [*history, question, answer]
+    return bodies
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Run:
+    """One conversation through one process: per turn, its CPU (s), wall time (s) and answer."""
+
+    cpu: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+    answers: list[bytes] = field(default_factory=list)
+
+    @property
+    def cpu_per_turn(self) -> float:
+        return sum(self.cpu) / len(self.cpu)
+
+
+@dataclass
+class Server:
+    """A process under measurement and its counted conversations."""
+
+    label: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    runs: list[Run] = field(default_factory=list)
+
+    def cpu_per_turn(self) -> float:
+        """The median over the conversations of the CPU per turn (s)."""
+        return statistics.median(r.cpu_per_turn for r in self.runs)
+
+
+async def talk(servers: list[Server], bodies: list[bytes]) -> list[Run]:
+    """One conversation through every server at once: turn after turn, each turn's body is sent
+    to each server (over its own keep-alive connection, after its previous answer), starting
+    with another server each turn, so that the servers' turns are paired within milliseconds on
+    a machine whose speed moves; the CPU of each server's process is read around its turns. A
+    non-200 stops the benchmark."""
+    results = [Run() for _ in servers]
+    sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in servers]
+    try:
+        for turn, body in enumerate(bodies):
+            for k in range(len(servers)):
+                i = (turn + k) % len(servers)
+                server, result = servers[i], results[i]
+                before = cpu_seconds(server.proc.pid)
+                started = time.perf_counter()
+                async with sessions[i].post(
+                    server.url, data=body, headers={"content-type": "application/json"}
+                ) as resp:
+                    answer = await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(
+                            f"{server.label} answered {resp.status}: {answer[:300]!r}"
+                        )
+                result.wall.append(time.perf_counter() - started)
+                result.cpu.append(cpu_seconds(server.proc.pid) - before)
+                result.answers.append(answer)
+    finally:
+        for session in sessions:
+            await session.close()
+    return results
+
+
+def write_config(folder: Path, retrieval_port: int, secret: str) -> Path:
+    """The services' TOML: the ``retrieval`` contributor registered, the SQLite file in
+    ``folder`` (each service gets its own through ``CONTEXT_ASSEMBLY_STORE__PATH``)."""
+    config = folder / "service.toml"
+    config.write_text(
+        f'[contributors.retrieval]\nurl = "http://127.0.0.1:{retrieval_port}/contribute"\n'
+        f'secret = "{secret}"\n'
+    )
+    return config
+
+
+def start_service(label: str, tree: Path | None, folder: Path, config: Path) -> Server:
+    """``context-assembly serve`` on a free port with its own SQLite file: the installed one, or
+    the one of the source tree ``tree``."""
+    port = free_port()
+    args = ["serve", "--port", str(port), "--config", str(config)]
+    env = {"CONTEXT_ASSEMBLY_STORE__PATH": str(folder / f"{label}.db")}
+    if tree is None:
+        proc = start([str(BIN / "context-assembly"), *args], port, "/healthz", env=env)
+    else:
+        env["PYTHONPATH"] = f"{tree / 'service'}:{tree / 'clients' / 'python' / 'src'}"
+        cmd = [sys.executable, "-m", "context_assembly.cli", *args]
+        proc = start(cmd, port, "/healthz", env=env)
+    return Server(label, proc, f"http://127.0.0.1:{port}/v1/prepare")
+
+
+def start_uvicorn(app: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
+    """A bench app of this folder under uvicorn on a free loopback port."""
+    port = free_port()
+    cmd = [str(BIN / "uvicorn"), app, "--port", str(port), "--log-level", "warning",
+           "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
+    return start(cmd, port, "/", env={"PYTHONPATH": str(HERE), **env}), port
+
+
+def describe(answers: list[bytes]) -> None:
+    """What the conversation made the service do, read from its answers, so that a reader can
+    check the benchmark exercises what it says: budget terms, decisions, cache plans."""
+    for turn in (0, len(answers) - 1):
+        prepared = orjson.loads(answers[turn])
+        budget, selection = prepared["budget"], prepared["selection"]
+        statuses: dict[str, int] = {}
+        for block in selection["blocks"]:
+            statuses[block["status"]] = statuses.get(block["status"], 0) + 1
+        terms = {
+            k.removesuffix("_tokens"): v
+            for k, v in budget.items()
+            if k.endswith("_tokens") and isinstance(v, int) and v
+        }
+        print(f"  turn {turn + 1}: blocks {statuses}; tokens {terms}")
+    kept = sum(1 for a in answers[1:] if orjson.loads(a)["selection"]["cache"]["prefix_kept"])
+    print(f"  cache plans: the previous turn's prefix kept in {kept} of {len(answers) - 1} turns")
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+def converse(
+    servers: list[Server], echo: Server | None, retrieval: Retrieval, count: int, turns: int
+) -> None:
+    """A warm-up conversation, then ``count`` counted ones, each through every server and the
+    echo at once (``talk``); prints what each process spent per turn."""
+    started = time.perf_counter()
+    talks = [
+        conversation(seed, turns, f"{retrieval}-{seed}-{time.time_ns()}", retrieval)
+        for seed in range(count + 1)
+    ]
+    print(
+        f"{turns}-turn conversations, retrieval {retrieval}: bodies {len(talks[0][0])} to"
+        f" {len(talks[0][-1])} bytes (built in {time.perf_counter() - started:.1f} s);"
+        f" {count} counted after a warm-up, a fresh scope each"
+    )
+    everyone = [*servers, *([echo] if echo else [])]
+    for index, bodies in enumerate(talks):
+        done = run(talk(everyone, bodies))
+        if index == 0:
+            describe(done[0].answers)
+            continue
+        for server, result in zip(everyone, done, strict=True):
+            server.runs.append(result)
+    tenth = max(1, turns // 10)
+    print(
+        f"  {'process':>22} {'CPU ms/turn':>11} {'conversations':>13} {'first/last':>13}"
+        f" {'max turn':>8} {'wall p50':>8} {'p99':>7}"
+    )
+    for server in everyone:
+        each = [r.cpu_per_turn for r in server.runs]
+        position = [statistics.median(r.cpu[t] for r in server.runs) for t in range(turns)]
+        first, last = statistics.mean(position[:tenth]), statistics.mean(position[-tenth:])
+        worst = max(c for r in server.runs for c in r.cpu)
+        wall = [w for r in server.runs for w in r.wall]
+        print(
+            f"  {server.label:>22} {ms(server.cpu_per_turn()):>11}"
+            f" {ms(min(each)):>6}-{ms(max(each)):<6} {ms(first):>6}/{ms(last):<6} {ms(worst):>8}"
+            f" {pct(wall, 0.5):>8.2f} {pct(wall, 0.99):>7.2f}"
+        )
+    print(
+        "  (CPU ms/turn: the median over the conversations, then its range; first/last: the"
+        f" first and last {tenth} turns; max turn: the most CPU one turn took; wall in ms)"
+    )
+
+
+def compare(servers: list[Server]) -> None:
+    """Each tree against the first (the control): CPU per turn and the difference in % of the
+    control's turn, overall (medians) and paired by conversation (same bodies, same minute)."""
+    control = servers[0]
+    for server in servers[1:]:
+        same(control, server)
+        cpu, base = server.cpu_per_turn(), control.cpu_per_turn()
+        paired = [
+            (b.cpu_per_turn - a.cpu_per_turn) / a.cpu_per_turn * 100
+            for a, b in zip(control.runs, server.runs, strict=True)
+        ]
+        print(
+            f"  {server.label} vs {control.label}: {ms(cpu)} vs {ms(base)} ms per turn,"
+            f" {(cpu - base) / base * 100:+.1f}%; paired by conversation: median"
+            f" {statistics.median(paired):+.1f}%, mean {statistics.mean(paired):+.1f}%"
+            f" ({', '.join(f'{p:+.0f}' for p in paired)})"
+        )
+
+
+def same(control: Server, server: Server) -> None:
+    """An A/B is only fair between trees that answer the same: every turn's block reports and
+    frame must equal the control's (but for what differs by design: the frame's date line, to
+    the minute, and the cache key, an HMAC under each service's own secret)."""
+
+    def decided(answer: bytes) -> tuple[object, bytes]:
+        prepared = orjson.loads(answer)
+        prepared["frame"].pop("prompt_cache_key", None)
+        frame = DATE_LINE.sub(b"", orjson.dumps(prepared["frame"]))
+        return prepared["selection"]["blocks"], frame
+
+    for a, b in zip(control.runs, server.runs, strict=True):
+        for turn, (x, y) in enumerate(zip(a.answers, b.answers, strict=True)):
+            if decided(x) != decided(y):
+                raise RuntimeError(f"{server.label} answered turn {turn + 1} unlike the control")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--conversations", type=int, default=5, help="counted, after a warm-up")
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument(
+        "--retrieval", choices=["inline", "webhook", "both"], default="both",
+        help="where the retrieval passages come from (the figure is inline's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tree", action="append", default=[], metavar="LABEL=DIR",
+        help="run the service from this source tree; several: an A/B against the first",
+    )  # fmt: skip
+    args = parser.parse_args()
+    trees: list[tuple[str, Path | None]] = [
+        (label, Path(d)) for label, d in (t.split("=", 1) for t in args.tree)
+    ] or [("service", None)]
+    variants: list[Retrieval] = (
+        ["inline", "webhook"] if args.retrieval == "both" else [args.retrieval]
+    )
+    folder = Path(tempfile.mkdtemp(prefix="ca-conversation-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+        retrieval, retrieval_port = start_uvicorn(
+            "retrieval_contributor:app", {"RETRIEVAL_SECRET": secret}
+        )
+        procs.append(retrieval)
+        echo_proc, echo_port = start_uvicorn("echo_app:app", {"ECHO_DB": str(folder / "echo.db")})
+        procs.append(echo_proc)
+        config = write_config(folder, retrieval_port, secret)
+        for variant in variants:
+            servers = []
+            for label, tree in trees:  # new processes: each variant starts from a warm-up
+                servers.append(start_service(f"{label}-{variant}", tree, folder, config))
+                procs.append(servers[-1].proc)
+            # The echo reads the same bodies; with a webhook retrieval source they lack the
+            # passages the service fetches, so the echo is measured on the inline bodies only.
+            echo = Server(
+                "stored echo", echo_proc, f"http://127.0.0.1:{echo_port}/v1/prepare-stored"
+            )
+            paired_echo = echo if variant == "inline" else None
+            converse(servers, paired_echo, variant, args.conversations, args.turns)
+            if len(trees) > 1:
+                compare(servers)  # an A/B of trees prints no figures
+            elif variant == "inline":
+                figures(servers[0], echo)
+            else:
+                wall = [w for r in servers[0].runs for w in r.wall]
+                report(
+                    "conversation turn, retrieval from a webhook contributor, service CPU per turn"
+                    " (for reference)",
+                    f"{ms(servers[0].cpu_per_turn())} ms (wall p50 {pct(wall, 0.5):.2f} ms)",
+                    "",
+                    None,
+                )
+            for server in servers:
+                stop(server.proc)
+                procs.remove(server.proc)
+    finally:
+        for proc in procs:
+            stop(proc)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def figures(service: Server, echo: Server) -> None:
+    """The figures of the inline conversation: the ratio to the stored echo (paired by
+    conversation: the same bodies in the same minute), and each side's CPU and wall."""
+    ratio = statistics.median(
+        s.cpu_per_turn / e.cpu_per_turn for s, e in zip(service.runs, echo.runs, strict=True)
+    )
+    cpu, echo_cpu = service.cpu_per_turn(), echo.cpu_per_turn()
+    wall = [w for r in service.runs for w in r.wall]
+    print(f"  service CPU per turn / stored echo CPU per turn: {ratio:.2f}x (target <= {TARGET}x)")
+    report(
+        "conversation turn, service CPU per turn / stored echo CPU per turn (same bodies)",
+        f"{ratio:.2f}x ({ms(cpu)} / {ms(echo_cpu)} ms)",
+        f"≤ {TARGET}x",
+        ratio <= TARGET,
+    )
+    report("conversation turn, service CPU per turn", f"{ms(cpu)} ms", "", None)
+    report("conversation turn, stored echo CPU per turn", f"{ms(echo_cpu)} ms", "", None)
+    report(
+        "conversation turn, service wall p50 / p99 (c=1, loopback)",
+        f"{pct(wall, 0.5):.2f} / {pct(wall, 0.99):.2f} ms",
+        "",
+        None,
+    )
+
+
+if __name__ == "__main__":
+    main()

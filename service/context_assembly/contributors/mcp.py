@@ -1,0 +1,553 @@
+"""MCP servers as contributors: what a registration reads, its session, and the calls of one
+prepare or validate.
+
+An MCP contributor (``kind = "mcp"`` in ``[contributors.NAME]``, docs/contributors.md) names an
+MCP server's Streamable HTTP endpoint, the resources read every prepare (pinned URIs, or
+``"listed"``), and at most one tool called every prepare. Each prepare, within the one deadline
+the webhooks share:
+
+1. the session: ``initialize`` (the handshake revisions of the pinned SDK, ``mcp_types``) and
+   ``notifications/initialized``, once per tenant and server; its ``Mcp-Session-Id`` is sent on
+   every later request, and a ``404`` to it (the server forgot the session) opens a new one and
+   sends the request again, once. A server that sets no session id (stateless) works the same;
+2. ``resources/list`` (pinned resources: only when the server declares resources, for their
+   annotations; ``"listed"``: always, to choose them), the reads and the tool call, concurrently;
+3. the ``resource_link`` items of the tool result, read next;
+4. the answers mapped to blocks (``mcp_mapping.py``).
+
+All requests of one prepare share one byte budget (``max_contributor_response_bytes``: the memory
+a webhook answer may take) and one ``asyncio.timeout``. The first failure of any request ends the
+source's call: ``timeout``, ``error`` (a JSON-RPC error, an ``isError`` tool result, HTTP and
+transport failures), ``invalid`` (not the protocol's shapes) or ``too_large``, as for a webhook.
+A request abandoned while under way (the deadline, another request's failure, or its own answer
+over the cap) is announced to a session-based server with ``notifications/cancelled``, sent in
+the background; the rest of its answer is never read.
+
+Sessions are kept per tenant and registration (a server never sees two tenants on one session),
+in :class:`McpEndpoints`, which drops them when a reload removes or changes the registration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+
+import aiohttp
+import structlog
+from mcp_types import (
+    CallToolResult,
+    ClientCapabilities,
+    Implementation,
+    InitializeRequestParams,
+    InitializeResult,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    ListResourcesResult,
+    ReadResourceResult,
+    Resource,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from pydantic import BaseModel, ValidationError
+
+from context_assembly import __version__
+from context_assembly.contributors.calls import (
+    MIN_SEND_SECONDS,
+    SKIPPED_CAUSE,
+    ContributorOutcome,
+    PacketFields,
+    Status,
+    _classify,
+    _schema_cause,
+)
+from context_assembly.contributors.client import ContributorClient
+from context_assembly.contributors.mcp_exchange import (
+    SESSION_HEADER,
+    VERSION_HEADER,
+    ByteBudget,
+    McpFailure,
+    SessionExpired,
+    post,
+)
+from context_assembly.contributors.mcp_mapping import (
+    Mapped,
+    add_resource,
+    add_tool_result,
+    listed_for_assistant,
+    needs_read_for_revision,
+    resource_revision,
+    source_revision,
+    unread_links,
+)
+from context_assembly.contributors.ssrf import CheckedTarget
+from context_assembly.core.request import Message, Revision, TextPart
+
+log = structlog.get_logger("context_assembly.contributors.mcp")
+
+MAX_LIST_PAGES: Final = 16
+"""``resources/list`` pages read at most (a server that pages forever cannot hold a call)."""
+MAX_LISTED_RESOURCES: Final = 64
+"""Resources read at most with ``resources = "listed"``: the first by priority, then URI."""
+MAX_CONCURRENT_READS: Final = 8
+"""Reads of one source in flight at once."""
+CANCEL_NOTICE_SECONDS: Final = 1.0
+"""How long a ``notifications/cancelled`` may take; it is a courtesy, the outcome is settled."""
+NOTICE_BYTES: Final = 64 * 1024
+MAX_ENDPOINTS: Final = 1024
+"""Sessions kept (tenant × registration); past it the least recently used is dropped."""
+
+CLIENT_INFO: Final = Implementation(name="context-assembly", version=__version__)
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class McpSpec:
+    """What an MCP contributor reads every prepare: its endpoint, the resources (pinned URIs or
+    ``"listed"``), the tool and its argument template, and the resolved header values."""
+
+    url: str
+    resources: tuple[str, ...] | Literal["listed"] = ()
+    tool: str | None = None
+    tool_arguments: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    session_id: str | None  # None: a stateless server
+    protocol_version: str
+    lists_resources: bool  # the server declares the resources capability
+
+
+def latest_user_text(messages: Sequence[Message]) -> str:
+    """The text of the last ``user`` message of the input (its text parts, one per line)."""
+    for message in reversed(messages):
+        if message.role == "user":
+            if isinstance(message.content, str):
+                return message.content
+            return "\n".join(p.text for p in message.content if isinstance(p, TextPart))
+    return ""
+
+
+def fill_arguments(template: Mapping[str, Any], text: str) -> dict[str, Any]:
+    """The tool's arguments: ``{input}`` in every string of ``template`` replaced by ``text``."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace("{input}", text)
+        if isinstance(value, list):
+            return [fill(item) for item in value]
+        if isinstance(value, dict):
+            return {key: fill(item) for key, item in value.items()}
+        return value
+
+    return {key: fill(value) for key, value in template.items()}
+
+
+def _model(cls: type[M], data: dict[str, Any] | None) -> M:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise McpFailure("invalid", _schema_cause(err)) from err
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+@contextlib.asynccontextmanager
+async def _together() -> AsyncIterator[asyncio.TaskGroup]:
+    """A task group whose first failure cancels the other tasks and is raised as it is."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            yield group
+    except BaseExceptionGroup as failures:
+        raise _first_leaf(failures) from None
+
+
+def _released(exc: BaseException) -> None:
+    """Drop the tracebacks of ``exc`` and of every exception chained to it or grouped in it.
+
+    A failure inside a task group is kept by its task, and its traceback holds the frame that
+    holds the task: a cycle that would keep the answer read so far (up to the cap) until the
+    cyclic collector runs. Without the tracebacks, reference counting frees it at once.
+    """
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+        if isinstance(current, BaseExceptionGroup):
+            pending += current.exceptions
+
+
+async def _settle(flow: Callable[[], Coroutine[Any, Any, T]], remaining: float) -> T | McpFailure:
+    """Run ``flow`` within ``remaining`` seconds; a failure comes back as an ``McpFailure``."""
+    deadline = asyncio.timeout(remaining)
+    try:
+        async with deadline:
+            return await flow()
+    except (McpFailure, TimeoutError, aiohttp.ClientError, OSError) as exc:
+        _released(exc)
+        if isinstance(exc, McpFailure):
+            return McpFailure(exc.status, exc.cause)
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            return McpFailure("timeout", "deadline reached")
+        return McpFailure(*_classify(exc))
+
+
+class McpEndpoint:
+    """One MCP server as one tenant reaches it, with the session kept across prepares."""
+
+    def __init__(
+        self,
+        spec: McpSpec,
+        *,
+        name: str = "",
+        pin: CheckedTarget | None = None,
+        background: set[asyncio.Task[None]] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.name = name
+        self.pin = pin
+        self._background = background if background is not None else set()
+        self._session: _Session | None = None
+        self._opening = asyncio.Lock()
+        self._ids = itertools.count(1)
+
+    # ------------------------------------------------------------------ the calls of a prepare
+
+    async def contribute(
+        self,
+        source: str,
+        client: ContributorClient,
+        packet_fields: PacketFields,
+        deadline_monotonic: float,
+        max_response_bytes: int,
+        clock: Callable[[], float],
+    ) -> ContributorOutcome:
+        """Read the resources and call the tool within the deadline: one settled outcome."""
+        started = clock()
+        remaining = deadline_monotonic - started
+        if remaining < MIN_SEND_SECONDS:
+            return ContributorOutcome(source, "skipped_deadline", 0.0, cause=SKIPPED_CAUSE)
+        # The wall time the deadline was set from, read off the same clock (no second clock).
+        now_ms = packet_fields.deadline_unix_ms - int(remaining * 1000)
+        text = latest_user_text(packet_fields.input)
+        budget = ByteBudget(max_response_bytes)
+        result = await _settle(lambda: self._contribute(client, budget, text, now_ms), remaining)
+        duration_ms = (clock() - started) * 1000.0
+        if isinstance(result, McpFailure):
+            return ContributorOutcome(source, result.status, duration_ms, cause=result.cause)
+        revision, mapped = result
+        if mapped.skipped:
+            log.info(
+                "mcp_binary_skipped",
+                source=source,
+                endpoint=self.name,
+                items=len(mapped.skipped),
+                bytes=sum(item.size for item in mapped.skipped),
+            )
+        return ContributorOutcome(
+            source,
+            "ok",
+            duration_ms,
+            revision,
+            tuple(mapped.blocks),
+            skipped=tuple(mapped.skipped),
+        )
+
+    async def _contribute(
+        self, client: ContributorClient, budget: ByteBudget, text: str, now_ms: int
+    ) -> tuple[str, Mapped]:
+        session = await self._open(client, budget)
+        spec = self.spec
+        reads = asyncio.Semaphore(MAX_CONCURRENT_READS)
+
+        async def read(uri: str) -> ReadResourceResult:
+            async with reads:
+                return _model(
+                    ReadResourceResult,
+                    await self._request(client, budget, "resources/read", {"uri": uri}),
+                )
+
+        listing: dict[str, Resource] = {}
+        if spec.resources == "listed":
+            listing = await self._list(client, budget)
+            uris = _listed(listing)
+        else:
+            uris = list(spec.resources)
+        async with _together() as group:
+            listed = (
+                group.create_task(self._list(client, budget))
+                if uris and spec.resources != "listed" and session.lists_resources
+                else None
+            )
+            read_tasks = [group.create_task(read(uri)) for uri in uris]
+            called = (
+                group.create_task(self._call_tool(client, budget, spec.tool, text))
+                if spec.tool is not None
+                else None
+            )
+        if listed is not None:
+            listing = listed.result()
+        mapped = Mapped()
+        revisions: dict[str, str] = {}
+        for uri, task in zip(uris, read_tasks, strict=True):
+            about = listing.get(uri)
+            revisions[uri] = resource_revision(about, task.result())
+            add_resource(mapped, task.result(), about.annotations if about else None, now_ms)
+        if called is not None and spec.tool is not None:
+            links = unread_links(add_tool_result(mapped, spec.tool, called.result()), set(uris))
+            async with _together() as group:
+                linked = [group.create_task(read(link.uri)) for link in links]
+            for link, task in zip(links, linked, strict=True):
+                add_resource(mapped, task.result(), link.annotations, now_ms)
+        return source_revision(revisions), mapped
+
+    async def _call_tool(
+        self, client: ContributorClient, budget: ByteBudget, tool: str, text: str
+    ) -> CallToolResult:
+        arguments = fill_arguments(self.spec.tool_arguments, text)
+        params = {"name": tool, "arguments": arguments}
+        result = _model(CallToolResult, await self._request(client, budget, "tools/call", params))
+        if result.is_error:
+            raise McpFailure("error", "the tool answered with isError")
+        return result
+
+    async def _list(self, client: ContributorClient, budget: ByteBudget) -> dict[str, Resource]:
+        """``resources/list``, every page up to ``MAX_LIST_PAGES``, by URI."""
+        resources: dict[str, Resource] = {}
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            params = {"cursor": cursor} if cursor is not None else {}
+            page = _model(
+                ListResourcesResult,
+                await self._request(client, budget, "resources/list", params),
+            )
+            for resource in page.resources:
+                resources.setdefault(resource.uri, resource)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return resources
+
+    # ------------------------------------------------------------------ validate
+
+    async def revision(
+        self,
+        client: ContributorClient,
+        deadline_monotonic: float,
+        max_response_bytes: int,
+        clock: Callable[[], float],
+    ) -> tuple[Status, Revision | None]:
+        """The source's revision as a prepare now would compute it: the listing's
+        ``lastModified`` where there is one, a read of the other resources. A source of a tool
+        alone has a constant revision and is not called."""
+        if not self.spec.resources:
+            return "ok", source_revision({})
+        remaining = deadline_monotonic - clock()
+        if remaining < MIN_SEND_SECONDS:
+            return "skipped_deadline", None
+        budget = ByteBudget(max_response_bytes)
+        result = await _settle(lambda: self._revision(client, budget), remaining)
+        if isinstance(result, McpFailure):
+            return result.status, None
+        return "ok", result
+
+    async def _revision(self, client: ContributorClient, budget: ByteBudget) -> str:
+        session = await self._open(client, budget)
+        spec = self.spec
+        listing: dict[str, Resource] = {}
+        if spec.resources == "listed" or session.lists_resources:
+            listing = await self._list(client, budget)
+        uris = _listed(listing) if spec.resources == "listed" else list(spec.resources)
+        unread = [uri for uri in uris if needs_read_for_revision(listing.get(uri))]
+        async with _together() as group:
+            reads = {
+                uri: group.create_task(
+                    self._request(client, budget, "resources/read", {"uri": uri})
+                )
+                for uri in unread
+            }
+        revisions = {
+            uri: resource_revision(
+                listing.get(uri),
+                _model(ReadResourceResult, reads[uri].result()) if uri in reads else None,
+            )
+            for uri in uris
+        }
+        return source_revision(revisions)
+
+    # ------------------------------------------------------------------ session and requests
+
+    def _headers(self, session: _Session | None) -> dict[str, str]:
+        headers = dict(self.spec.headers)
+        if session is not None:
+            headers[VERSION_HEADER] = session.protocol_version
+            if session.session_id is not None:
+                headers[SESSION_HEADER] = session.session_id
+        return headers
+
+    async def _open(self, client: ContributorClient, budget: ByteBudget) -> _Session:
+        """The session, initialised first if there is none (one initialisation at a time; a
+        prepare waiting for another's is bounded by its own deadline)."""
+        session = self._session
+        if session is not None:
+            return session
+        async with self._opening:
+            if self._session is None:
+                self._session = await self._initialize(client, budget)
+            return self._session
+
+    async def _initialize(self, client: ContributorClient, budget: ByteBudget) -> _Session:
+        params = InitializeRequestParams(
+            protocol_version=LATEST_HANDSHAKE_VERSION,
+            capabilities=ClientCapabilities(),
+            client_info=CLIENT_INFO,
+        ).model_dump(mode="json", by_alias=True, exclude_none=True)
+        request = JSONRPCRequest(
+            jsonrpc="2.0", id=next(self._ids), method="initialize", params=params
+        )
+        answer = await post(client, self.spec.url, self.pin, request, self._headers(None), budget)
+        result = _model(InitializeResult, answer.result)
+        if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            raise McpFailure("error", "the server chose a protocol version this client lacks")
+        session = _Session(
+            answer.session_id, result.protocol_version, result.capabilities.resources is not None
+        )
+        initialized = JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")
+        await post(client, self.spec.url, self.pin, initialized, self._headers(session), budget)
+        log.info(
+            "mcp_session_opened",
+            endpoint=self.name,
+            protocol_version=session.protocol_version,
+            stateful=session.session_id is not None,
+        )
+        return session
+
+    async def _request(
+        self, client: ContributorClient, budget: ByteBudget, method: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One request's ``result``; a forgotten session is opened again and the request sent
+        once more."""
+        for _ in range(2):
+            session = await self._open(client, budget)
+            request = JSONRPCRequest(
+                jsonrpc="2.0", id=next(self._ids), method=method, params=params
+            )
+            try:
+                answer = await post(
+                    client, self.spec.url, self.pin, request, self._headers(session), budget
+                )
+            except SessionExpired:
+                if self._session is session:
+                    self._session = None
+                    log.info("mcp_session_expired", endpoint=self.name)
+                continue
+            except asyncio.CancelledError:
+                self._announce_cancel(client, session, request.id)
+                raise
+            except McpFailure as failure:
+                if failure.status == "too_large":  # the server may still be writing the answer
+                    self._announce_cancel(client, session, request.id)
+                raise
+            if answer.result is None:  # pragma: no cover - post returns a result for a request
+                raise McpFailure("invalid", "no result")
+            return answer.result
+        raise McpFailure("error", "the server forgot the session again")
+
+    def _announce_cancel(
+        self, client: ContributorClient, session: _Session, request_id: int | str
+    ) -> None:
+        """Tell a session-based server that ``request_id`` was abandoned, in the background."""
+        if session.session_id is None:
+            return
+        notice = JSONRPCNotification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": request_id, "reason": "the caller's deadline or another failure"},
+        )
+
+        async def send() -> None:
+            # A courtesy: the outcome is settled whatever happens to it.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CANCEL_NOTICE_SECONDS):
+                    headers = self._headers(session)
+                    await post(
+                        client, self.spec.url, self.pin, notice, headers, ByteBudget(NOTICE_BYTES)
+                    )
+
+        task = asyncio.ensure_future(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def forget(self) -> None:
+        """Drop the session: the next call initialises a new one."""
+        self._session = None
+
+
+def _listed(listing: Mapping[str, Resource]) -> list[str]:
+    """The listed resources meant for the assistant, by priority (highest first), then URI, at
+    most ``MAX_LISTED_RESOURCES``."""
+    kept = [r for r in listing.values() if listed_for_assistant(r.annotations)]
+    kept.sort(key=lambda r: (-(r.annotations.priority or 0.0) if r.annotations else 0.0, r.uri))
+    return [r.uri for r in kept[:MAX_LISTED_RESOURCES]]
+
+
+class McpEndpoints:
+    """The MCP endpoints in use, one per tenant and registration, each with its session."""
+
+    def __init__(self, max_endpoints: int = MAX_ENDPOINTS) -> None:
+        self.max_endpoints = max_endpoints
+        self._endpoints: OrderedDict[tuple[str, str], McpEndpoint] = OrderedDict()
+        self._background: set[asyncio.Task[None]] = set()
+
+    def registered(self, tenant: str, name: str, spec: McpSpec) -> McpEndpoint:
+        """The endpoint of registration ``name`` for ``tenant``; a changed registration gets a
+        new one (and so a new session)."""
+        key = (tenant, name)
+        endpoint = self._endpoints.get(key)
+        if endpoint is not None and endpoint.spec == spec:
+            self._endpoints.move_to_end(key)
+            return endpoint
+        if endpoint is not None:
+            endpoint.forget()
+        endpoint = McpEndpoint(spec, name=name, background=self._background)
+        self._endpoints[key] = endpoint
+        while len(self._endpoints) > self.max_endpoints:
+            _, oldest = self._endpoints.popitem(last=False)
+            oldest.forget()
+        return endpoint
+
+    def retain(self, specs: Mapping[str, McpSpec]) -> None:
+        """Drop the endpoints whose registration a reload removed or changed."""
+        for key, endpoint in list(self._endpoints.items()):
+            if specs.get(key[1]) != endpoint.spec:
+                endpoint.forget()
+                del self._endpoints[key]
+
+    def __len__(self) -> int:
+        return len(self._endpoints)
+
+    async def aclose(self) -> None:
+        """Drop every session and wait for the cancel notices still being sent."""
+        for endpoint in self._endpoints.values():
+            endpoint.forget()
+        self._endpoints.clear()
+        for task in list(self._background):
+            task.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

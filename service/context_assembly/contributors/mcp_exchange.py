@@ -1,0 +1,226 @@
+"""One JSON-RPC message to an MCP server over Streamable HTTP, through the contributor client.
+
+An MCP call is a POST of one JSON-RPC message to the server's endpoint, answered by a JSON body
+or by a Server-Sent Events stream that carries the answer among notifications. Both go through
+:class:`~.client.ContributorClient`, the webhooks' aiohttp client, so an MCP call has the same
+transport rules: inline URLs connect only to their checked addresses, redirects are never
+followed, no proxy, no cookie, no decompression, a bounded response head.
+
+Every byte of every answer is counted against one :class:`ByteBudget` (the source's share of
+``max_contributor_response_bytes``) as it arrives, an event stream included, so an endless or
+oversized answer is ``too_large`` before it can fill memory. The events are parsed by httpx2's
+``EventSource`` (the parser of the official SDK's own client) over those counted chunks; nothing
+here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types``).
+
+The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the session
+(``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
+a cause that never quotes the answer; a ``404`` to a request that carried a session id is
+:class:`SessionExpired`, so that the caller can open a new session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+import httpx2
+from mcp_types import (
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    jsonrpc_message_adapter,
+)
+from pydantic import ValidationError
+
+from context_assembly.contributors.calls import Status
+from context_assembly.contributors.client import ContributorClient
+from context_assembly.contributors.ssrf import CheckedTarget
+
+SESSION_HEADER: Final = "mcp-session-id"
+VERSION_HEADER: Final = "mcp-protocol-version"
+ACCEPT: Final = "application/json, text/event-stream"
+
+# Names of the JSON-RPC and MCP error codes a cause may name (the server's message is not
+# quoted: it is free text, and could carry what the request sent).
+_CODE_NAMES: Final = {
+    -32700: "parse error",
+    -32600: "invalid request",
+    -32601: "method not found",
+    -32602: "invalid params",
+    -32603: "internal error",
+    -32002: "resource not found",
+}
+
+
+class McpFailure(Exception):
+    """A settled non-ok result of an MCP call: a manifest status and a cause."""
+
+    def __init__(self, status: Status, cause: str) -> None:
+        super().__init__(cause)
+        self.status = status
+        self.cause = cause
+
+
+class SessionExpired(Exception):
+    """The server answered ``404`` to a request that carried a session id: it forgot the
+    session (the MCP transport's signal to initialise again)."""
+
+
+@dataclass(slots=True)
+class ByteBudget:
+    """The bytes the answers of one call flow may still take; shared by its concurrent
+    requests, counted on the wire bytes as each chunk arrives."""
+
+    cap: int
+    used: int = 0
+
+    def take(self, size: int) -> None:
+        """Count ``size`` more bytes; ``too_large`` once the answers together pass the cap."""
+        self.used += size
+        if self.used > self.cap:
+            raise McpFailure("too_large", f"answers over the {self.cap}-byte cap")
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a POST produced: the JSON-RPC ``result`` of a request (``None`` for a notification)
+    and the session id the server set on the answer, if any."""
+
+    result: dict[str, Any] | None
+    session_id: str | None
+
+
+def error_cause(code: int, http_status: int | None = None) -> str:
+    """``JSON-RPC error -32602 (invalid params)``, with the HTTP status when it was not 2xx."""
+    name = _CODE_NAMES.get(code)
+    text = f"JSON-RPC error {code}" + (f" ({name})" if name else "")
+    return f"HTTP {http_status}: {text}" if http_status is not None else text
+
+
+async def post(
+    client: ContributorClient,
+    url: str,
+    pin: CheckedTarget | None,
+    message: JSONRPCRequest | JSONRPCNotification,
+    headers: Mapping[str, str],
+    budget: ByteBudget,
+) -> Answer:
+    """POST one JSON-RPC ``message`` and read its answer within ``budget``.
+
+    A request returns its ``result``; a notification returns once the server accepted it
+    (``202``). The connection goes back to the pool only after a complete, accepted answer; any
+    failure or cancellation closes it, so a late answer is never read.
+    """
+    request_id = message.id if isinstance(message, JSONRPCRequest) else None
+    sent = {**headers, "accept": ACCEPT, "content-type": "application/json"}
+    body = message.model_dump_json(by_alias=True, exclude_none=True).encode()
+    response = await client.post(url, body, sent, pin)
+    try:
+        answer = await _read(response, request_id, SESSION_HEADER in headers, budget)
+    except BaseException:
+        response.close()
+        raise
+    response.release()
+    return answer
+
+
+async def _read(
+    response: aiohttp.ClientResponse,
+    request_id: int | str | None,
+    had_session: bool,
+    budget: ByteBudget,
+) -> Answer:
+    code = response.status
+    session_id = response.headers.get(SESSION_HEADER)
+    if 300 <= code < 400:
+        raise McpFailure("error", f"HTTP {code} redirect (not followed)")
+    if code == 404 and had_session:
+        raise SessionExpired()
+    if code == 504:
+        raise McpFailure("timeout", "HTTP 504: the server reported its deadline")
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise McpFailure("invalid", "compressed body (content-encoding) not accepted")
+    mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if not 200 <= code < 300:
+        # A JSON-RPC error may come with a 4xx: name its code, else the status alone.
+        error = None
+        if mime == "application/json":
+            error = _parse(await _read_body(response, budget))
+        if isinstance(error, JSONRPCError):
+            raise McpFailure("error", error_cause(error.error.code, code))
+        raise McpFailure("error", f"HTTP {code}")
+    if request_id is None:  # a notification: accepted, nothing to read
+        return Answer(None, session_id)
+    if mime == "application/json":
+        message = _parse(await _read_body(response, budget))
+        return Answer(_result(message, request_id), session_id)
+    if mime == "text/event-stream":
+        return Answer(await _result_from_events(response, request_id, budget), session_id)
+    raise McpFailure("invalid", "content-type is neither JSON nor an event stream")
+
+
+async def _chunks(response: aiohttp.ClientResponse, budget: ByteBudget) -> AsyncIterator[bytes]:
+    """The body's wire bytes as they arrive, each counted against ``budget`` before use."""
+    async for chunk in response.content.iter_any():
+        budget.take(len(chunk))
+        yield chunk
+
+
+async def _read_body(response: aiohttp.ClientResponse, budget: ByteBudget) -> bytes:
+    length = response.headers.get("content-length", "").strip()
+    if length.isdigit() and budget.used + int(length) > budget.cap:
+        raise McpFailure(
+            "too_large", f"Content-Length {int(length)} over the {budget.cap}-byte cap"
+        )
+    buffer = bytearray()
+    try:
+        async for chunk in _chunks(response, budget):
+            buffer += chunk
+    except BaseException:
+        del buffer  # the failure's traceback keeps this frame: not the bytes read so far
+        raise
+    return bytes(buffer)
+
+
+async def _result_from_events(
+    response: aiohttp.ClientResponse, request_id: int | str, budget: ByteBudget
+) -> dict[str, Any]:
+    """The answer to ``request_id`` among the stream's events; the server's notifications and
+    requests on the stream are passed over (this client declares no capability they need)."""
+    # EventSource reads an httpx2 response: one is built around the counted aiohttp chunks (no
+    # second connection; httpx2 only frames lines and events).
+    stream = httpx2.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        content=_chunks(response, budget),
+        request=httpx2.Request("POST", str(response.url)),
+    )
+    try:
+        async for event in httpx2.EventSource(stream, max_event_size=budget.cap):
+            if event.event != "message" or not event.data:
+                continue
+            message = _parse(event.data.encode())
+            if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id == request_id:
+                return _result(message, request_id)
+    except httpx2.SSEError as err:  # an event larger than the cap (the budget stops the rest)
+        raise McpFailure("too_large", f"an event over the {budget.cap}-byte cap") from err
+    raise McpFailure("error", "the event stream ended without an answer")
+
+
+def _parse(data: bytes) -> Any:
+    try:
+        return jsonrpc_message_adapter.validate_json(data)
+    except ValidationError as err:
+        raise McpFailure("invalid", "not a JSON-RPC message") from err
+
+
+def _result(message: Any, request_id: int | str) -> dict[str, Any]:
+    if isinstance(message, JSONRPCError):
+        raise McpFailure("error", error_cause(message.error.code))
+    if not isinstance(message, JSONRPCResponse) or message.id != request_id:
+        raise McpFailure("invalid", "the answer is not the response to this request")
+    return message.result

@@ -1,0 +1,187 @@
+"""MCP servers as contributors, end to end: a real ``context-assembly serve`` process with a TOML
+file registering MCP servers built with the official SDK (subprocesses), and a webhook beside
+them for the deadline comparison."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from e2e_support import Contributor, ServiceFactory
+
+from contributors.faults import DEADLINE, SLACK
+from contributors.mcp_servers import McpProcess, mcp_server
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "tok-e2e-" + "0123456789abcdef" * 2
+
+
+@pytest.fixture(scope="module")
+def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpProcess]:
+    """The SDK test server, guarded by a bearer token."""
+    with mcp_server(tmp_path_factory.mktemp("mcp"), token=TOKEN) as server:
+        yield server
+
+
+def mcp_entry(name: str, url: str, **keys: str) -> str:
+    lines = [f"[contributors.{name}]", 'kind = "mcp"', f'url = "{url}"']
+    lines += [f"{key} = {value}" for key, value in keys.items()]
+    lines.append('headers = { authorization = "env:DOCS_MCP_TOKEN" }')
+    return "\n".join(lines) + "\n\n"
+
+
+def config(docs: McpProcess, contributor: Contributor, db: str = "{db}", top_k: int = 2) -> str:
+    return (
+        f'[store]\npath = "{db}"\n\n'
+        # The documented registration (docs/contributors.md).
+        + mcp_entry(
+            "docs",
+            docs.url,
+            resources='["docs://guide/refunds", "docs://guide/limits"]',
+            tool='"search"',
+            tool_arguments=f'{{ query = "{{input}}", top_k = {top_k} }}',
+            failure_policy='"omit"',
+        )
+        + mcp_entry("counter", docs.url, resources='["docs://counter"]')
+        + mcp_entry("bumper", docs.url, tool='"bump"')
+        + mcp_entry("hang", docs.url, tool='"hang"', tool_arguments='{ query = "{input}" }')
+        + f'[contributors.slow]\nurl = "{contributor.url("/hang")}"\n'
+    )
+
+
+def body(*contributors: dict[str, Any], timeout_ms: int = 5000) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o-mini",
+        "assembly": {"max_data_tokens": 2000, "timeout_ms": timeout_ms},
+        "plugins": [{"name": c["source"]} for c in contributors],
+        "contributors": list(contributors),
+        "input": [{"role": "user", "content": "What is the refund policy?"}],
+    }
+
+
+def test_an_mcp_contributor_through_the_service(
+    monkeypatch: pytest.MonkeyPatch,
+    service_factory: ServiceFactory,
+    docs_server: McpProcess,
+    contributor: Contributor,
+) -> None:
+    """The documented MCP configuration works against an official-SDK server: its resources and tool
+    results are blocks with the mapped priorities; validate re-reads the resources' revisions
+    and sees a change; the header value never appears in an answer or a log line."""
+    monkeypatch.setenv("DOCS_MCP_TOKEN", f"Bearer {TOKEN}")
+    svc = service_factory(config(docs_server, contributor))
+    answers: list[str] = []
+    with httpx.Client(base_url=svc.base, timeout=10) as client:
+        first = client.post(
+            "/v1/prepare",
+            json=body(
+                {"source": "docs", "endpoint": "docs"}, {"source": "counter", "endpoint": "counter"}
+            ),
+        )
+        answers.append(first.text)
+        assert first.status_code == 200, first.text
+        prep = first.json()
+        sources = {s["source"]: s["status"] for s in prep["selection"]["sources"]}
+        assert sources == {"docs": "ok", "counter": "ok"}
+        reports = {(b["source"], b["id"]): b for b in prep["selection"]["blocks"]}
+        assert reports["docs", "docs://guide/refunds"]["priority"] == 800
+        assert reports["docs", "docs://guide/limits"]["priority"] == -600
+        assert sorted(
+            b["priority"] for (s, i), b in reports.items() if i.startswith("search#")
+        ) == [0, 1000]
+        assert all(b["status"] == "selected" for b in reports.values())
+        sent = str(prep["frame"]["messages"])
+        assert "hit 0 for What is the refund policy?" in sent  # {input}, filled
+
+        check = {"model": prep["model"], "frame": prep["frame"]}
+        valid = client.post(f"/v1/preparations/{prep['preparation_id']}/validate", json=check)
+        answers.append(valid.text)
+        assert valid.status_code == 200, valid.text
+        bumped = client.post("/v1/prepare", json=body({"source": "bumper", "endpoint": "bumper"}))
+        assert bumped.status_code == 200
+        stale = client.post(f"/v1/preparations/{prep['preparation_id']}/validate", json=check)
+        answers.append(stale.text)
+        assert stale.status_code == 409
+        assert stale.json()["reasons"] == ["revision_changed:counter"]
+    assert all(TOKEN not in text for text in answers)
+    assert TOKEN not in svc.log.read_text()
+
+
+def timed_prepare(
+    client: httpx.Client, *contributors: dict[str, Any]
+) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = client.post("/v1/prepare", json=body(*contributors, timeout_ms=int(DEADLINE * 1000)))
+    return response, time.monotonic() - started
+
+
+def test_a_hanging_mcp_server_answers_like_a_hanging_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+    service_factory: ServiceFactory,
+    docs_server: McpProcess,
+    contributor: Contributor,
+) -> None:
+    """With ``timeout_ms = 300``, a hanging MCP server and a hanging webhook are both cut at the
+    deadline: under ``omit`` the prepare answers 200 with both sources ``timeout``; under
+    ``fail`` each answers 504, within the same bound."""
+    monkeypatch.setenv("DOCS_MCP_TOKEN", f"Bearer {TOKEN}")
+    svc = service_factory(config(docs_server, contributor))
+    mcp = {"source": "docs", "endpoint": "hang"}
+    webhook = {"source": "notes", "endpoint": "slow"}
+    with httpx.Client(base_url=svc.base, timeout=10) as client:
+        omitted, elapsed = timed_prepare(
+            client, {**mcp, "failure_policy": "omit"}, {**webhook, "failure_policy": "omit"}
+        )
+        assert omitted.status_code == 200, omitted.text
+        statuses = {s["source"]: s["status"] for s in omitted.json()["selection"]["sources"]}
+        assert statuses == {"docs": "timeout", "notes": "timeout"}
+        assert elapsed <= DEADLINE + SLACK
+        for ref in (mcp, webhook):
+            failed, elapsed = timed_prepare(client, {**ref, "failure_policy": "fail"})
+            assert failed.status_code == 504, failed.text
+            assert failed.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
+            assert elapsed <= DEADLINE + SLACK
+
+
+def test_a_reload_that_changes_the_registration_opens_a_new_session(
+    monkeypatch: pytest.MonkeyPatch,
+    service_factory: ServiceFactory,
+    docs_server: McpProcess,
+    contributor: Contributor,
+) -> None:
+    """Prepares reuse one session; after a reload that changes the registration, the next
+    prepare initialises a new one."""
+    monkeypatch.setenv("DOCS_MCP_TOKEN", f"Bearer {TOKEN}")
+    svc = service_factory(config(docs_server, contributor))
+    db = next(
+        line.split('"')[1]
+        for line in svc.config.read_text().splitlines()
+        if line.startswith("path")
+    )
+    ref = {"source": "docs", "endpoint": "docs"}
+
+    def opened() -> int:
+        return svc.log.read_text().count('"mcp_session_opened"')
+
+    with httpx.Client(base_url=svc.base, timeout=10) as client:
+        for _ in range(3):
+            assert client.post("/v1/prepare", json=body(ref)).status_code == 200
+        assert opened() == 1
+        svc.config.write_text(config(docs_server, contributor, db=db, top_k=1))
+        svc.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while '"config_reloaded"' not in svc.log.read_text():  # bounded: the signal is async
+            assert time.monotonic() < deadline, "the reload was never logged"
+            time.sleep(0.05)
+        again = client.post("/v1/prepare", json=body(ref))
+        assert again.status_code == 200
+        ids = [
+            b["id"] for b in again.json()["selection"]["blocks"] if b["id"].startswith("search#")
+        ]
+        assert len(ids) == 1  # the new tool_arguments apply
+        assert opened() == 2
