@@ -28,6 +28,7 @@ BENCHES = (
     "bench_health_under_load.py",
     "bench_load.py",
     "bench_adapter.py",
+    "bench_mcp.py",
 )
 
 

@@ -61,20 +61,16 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
-    DEFAULT_DEADLINE,
     AdapterStats,
     Carried,
-    Contributions,
     IntegrationError,
     Prepared,
-    Preparer,
+    PreparerAdapter,
     RuntimeCall,
     cache_control,
     normalized_usage,
 )
-from context_assembly_client.types import PrepareResponse
 
 __all__ = ["ContextAssemblyMiddleware"]
 
@@ -89,7 +85,7 @@ ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 
 
-class ContextAssemblyMiddleware(AgentMiddleware):
+class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
     """Prepares every model call of a LangChain agent with the context-assembly service.
 
     Args:
@@ -104,45 +100,6 @@ class ContextAssemblyMiddleware(AgentMiddleware):
         api_key: the service's API key, with a URL.
         on_prepared: called with each prepare answer before the model call (ids, manifest).
     """
-
-    def __init__(
-        self,
-        client_or_base_url: str | Client | AsyncClient,
-        *,
-        template: Mapping[str, Any],
-        contributions: Contributions | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_DEADLINE,
-        api_key: str | None = None,
-        on_prepared: Callable[[PrepareResponse], None] | None = None,
-    ) -> None:
-        super().__init__()
-        self.preparer = Preparer(
-            client_or_base_url,
-            template=template,
-            contributions=contributions,
-            fail_open=fail_open,
-            timeout=timeout,
-            api_key=api_key,
-            on_prepared=on_prepared,
-        )
-
-    @property
-    def stats(self) -> AdapterStats:
-        """Counters: calls prepared, calls that failed open, usage reports and their failures."""
-        return self.preparer.stats
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
-        return self.preparer.flush(timeout)
-
-    def close(self) -> None:
-        """Send the reports under way and close the clients the middleware made."""
-        self.preparer.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` from async code."""
-        await self.preparer.aclose()
 
     def wrap_model_call(
         self,

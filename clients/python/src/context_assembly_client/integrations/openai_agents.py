@@ -56,7 +56,7 @@ from context_assembly_client.integrations.preparer import (
     Carried,
     Contributions,
     Prepared,
-    Preparer,
+    PreparerAdapter,
     RuntimeCall,
     normalized_usage,
 )
@@ -80,7 +80,7 @@ _current: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
 )
 
 
-class ContextAssemblyInputFilter:
+class ContextAssemblyInputFilter(PreparerAdapter):
     """A ``RunConfig.call_model_input_filter`` that prepares each model call with the service.
 
     Pass :attr:`hooks` (or a :class:`ContextAssemblyHooks` of this filter) as the run's hooks for
@@ -110,7 +110,7 @@ class ContextAssemblyInputFilter:
         api_key: str | None = None,
         on_prepared: Callable[[PrepareResponse], None] | None = None,
     ) -> None:
-        self.preparer = Preparer(
+        super().__init__(
             client_or_base_url,
             template=template,
             contributions=contributions,
@@ -120,23 +120,6 @@ class ContextAssemblyInputFilter:
             on_prepared=on_prepared,
         )
         self.hooks = ContextAssemblyHooks(self)
-
-    @property
-    def stats(self) -> AdapterStats:
-        """Counters: calls prepared, calls that failed open, usage reports and their failures."""
-        return self.preparer.stats
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
-        return self.preparer.flush(timeout)
-
-    def close(self) -> None:
-        """Send the reports under way and close the clients the filter made."""
-        self.preparer.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` from async code."""
-        await self.preparer.aclose()
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         slot = _Slot()

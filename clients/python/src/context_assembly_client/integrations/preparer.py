@@ -69,6 +69,7 @@ __all__ = [
     "IntegrationError",
     "Prepared",
     "Preparer",
+    "PreparerAdapter",
     "RuntimeCall",
     "align",
     "cache_control",
@@ -565,3 +566,49 @@ def _status_note(err: Exception) -> str:
         code = f" {err.code}" if err.code else ""
         return f", status {err.status_code}{code}, request {err.request_id}"
     return ""
+
+
+class PreparerAdapter:
+    """What every runtime adapter shares around its :class:`Preparer`: the constructor (the same
+    arguments everywhere), the counters, and waiting for and closing the usage reports. A
+    runtime's own base class comes after it (``class X(PreparerAdapter, AgentMiddleware)``) and
+    is initialised without arguments."""
+
+    def __init__(
+        self,
+        client_or_base_url: str | Client | AsyncClient,
+        *,
+        template: Mapping[str, Any],
+        contributions: Contributions | None = None,
+        fail_open: bool = True,
+        timeout: float = DEFAULT_DEADLINE,
+        api_key: str | None = None,
+        on_prepared: Callable[[PrepareResponse], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.preparer = Preparer(
+            client_or_base_url,
+            template=template,
+            contributions=contributions,
+            fail_open=fail_open,
+            timeout=timeout,
+            api_key=api_key,
+            on_prepared=on_prepared,
+        )
+
+    @property
+    def stats(self) -> AdapterStats:
+        """Counters: calls prepared, calls that failed open, usage reports and their failures."""
+        return self.preparer.stats
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
+        return self.preparer.flush(timeout)
+
+    def close(self) -> None:
+        """Send the reports under way and close the clients the adapter made."""
+        self.preparer.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` from async code."""
+        await self.preparer.aclose()

@@ -46,7 +46,7 @@ Pydantic AI's types and the neutral shape around the loop of :mod:`.preparer`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -76,23 +76,19 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
-    DEFAULT_DEADLINE,
     AdapterStats,
     Carried,
-    Contributions,
     Prepared,
-    Preparer,
+    PreparerAdapter,
     RuntimeCall,
     normalized_usage,
 )
-from context_assembly_client.types import PrepareResponse
 
 __all__ = ["ContextAssemblyCapability"]
 
 
-class ContextAssemblyCapability(AbstractCapability[Any]):
+class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
     """Prepares every model request of a Pydantic AI agent with the context-assembly service.
 
     Args:
@@ -108,48 +104,9 @@ class ContextAssemblyCapability(AbstractCapability[Any]):
         on_prepared: called with each prepare answer before the request (ids, manifest).
     """
 
-    def __init__(
-        self,
-        client_or_base_url: str | Client | AsyncClient,
-        *,
-        template: Mapping[str, Any],
-        contributions: Contributions | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_DEADLINE,
-        api_key: str | None = None,
-        on_prepared: Callable[[PrepareResponse], None] | None = None,
-    ) -> None:
-        super().__init__()
-        self.preparer = Preparer(
-            client_or_base_url,
-            template=template,
-            contributions=contributions,
-            fail_open=fail_open,
-            timeout=timeout,
-            api_key=api_key,
-            on_prepared=on_prepared,
-        )
-
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # built around a client and callables: not constructible from a spec
-
-    @property
-    def stats(self) -> AdapterStats:
-        """Counters: requests prepared, requests that failed open, usage reports and failures."""
-        return self.preparer.stats
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
-        return self.preparer.flush(timeout)
-
-    def close(self) -> None:
-        """Send the reports under way and close the clients the capability made."""
-        self.preparer.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` from async code."""
-        await self.preparer.aclose()
 
     async def wrap_model_request(
         self,
