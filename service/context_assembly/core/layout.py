@@ -28,10 +28,12 @@ PER_TURN_ROLE = "developer"
 
 
 def partial_view_note(source: str, recovery_tool: str | None) -> str:
-    """The note a replaced source gets in its instructions (the model sees a subset)."""
+    """The note a replaced source gets in its instructions: the model sees the entries selected
+    for this request. It is true whether or not an entry was left out, so that it can stay in
+    the cache-stable prefix while the selection changes from turn to turn."""
     note = (
-        f"Note: this request shows a selected subset of the {source} entries; "
-        "entries that are not shown still exist and were not deleted."
+        f"Note: this request shows the {source} entries selected for it, which may not be all "
+        "of them; entries that are not shown still exist and were not deleted."
     )
     if recovery_tool:
         note += f" Use the {recovery_tool} tool to read an entry that is not shown."
