@@ -40,6 +40,7 @@ from figures import report
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.core import cache
+from context_assembly.core.fingerprint import message_hashes
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import cache_minimum, run_assembly, to_response
@@ -78,7 +79,7 @@ def one_prepare(raw: bytes, registry: ModelRegistry) -> Callable[[], bytes]:
     previous: cache.PrefixDigests | None = None
     # The service keeps these in its record of every preparation (``history_hashes``) and hands
     # them over, so they cost a turn with ``cache`` nothing more.
-    history_digests = cache.message_digests(request.history_messages)
+    history_digests = message_hashes(request.history_messages)
     if request.cache is not None:
         assembly, ctx = run_assembly(
             request, setups, inputs, now=NOW, tenant="bench", registry=registry

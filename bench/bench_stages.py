@@ -43,7 +43,7 @@ STAGES = (
     ("context_assembly.preparations.targets", "", "check_blocks"),
     ("context_assembly.preparations.targets", "", "raise_for_failures"),
     ("context_assembly.preparations.targets", "", "materialised_inputs"),
-    ("context_assembly.preparations.operations", "", "run_assembly"),
+    ("context_assembly.offload", "", "run_assembly"),
     ("context_assembly.preparations.operations", "", "to_response"),
     ("context_assembly.preparations.operations", "Prepared", "of"),
     ("context_assembly.preparations.operations", "", "record_data"),

@@ -1,9 +1,10 @@
 """An MCP server as a contributor: a small server built with the official MCP SDK, a service of
 its own that registers it, and the manifest of a prepare.
 
-An MCP server is registered in the service's configuration (``kind = "mcp"``; a request cannot
-name one by URL), so this example starts its own ``context-assembly serve`` on a free port with
-a temporary TOML file instead of using ``CONTEXT_ASSEMBLY_URL``. Everything stays on loopback:
+The MCP server is registered in the service's configuration (``kind = "mcp"``, with a header
+whose value comes from the environment, which a request naming a server by URL cannot carry), so
+this example starts its own ``context-assembly serve`` on a free port with a temporary TOML file
+instead of using ``CONTEXT_ASSEMBLY_URL``. Everything stays on loopback:
 
 1. the ``handbook`` MCP server (``MCPServer`` under uvicorn, in a thread of this process) offers
    two annotated text resources, a binary one and a ``search`` tool;
@@ -11,8 +12,9 @@ a temporary TOML file instead of using ``CONTEXT_ASSEMBLY_URL``. Everything stay
    ``{input}``, a header whose value comes from the environment) and a second MCP contributor,
    ``archive``, whose server is not running (``failure_policy = "omit"``);
 3. a prepare prints each source's status and each block's decision (ids, priorities as mapped
-   from MCP's 0..1, token counts; never texts), the service's log lines about the MCP session
-   and the skipped binary content, and a validate of the frame.
+   from MCP's 0..1, token counts; never texts; the binary resource omitted as
+   ``binary_content``), the service's log lines about the MCP session and the binary content,
+   and a validate of the frame.
 
     .venv/bin/python examples/mcp_contributor.py
 """

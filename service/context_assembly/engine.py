@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from context_assembly.core.assemble import Assembly, assemble
+from context_assembly.core.assemble import Assembly, assemble_frame
 from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.cache import CacheTurn, provider_of
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
@@ -132,7 +132,7 @@ def _assemble(
 ) -> Assembly:
     native = request.native_history
     try:
-        assembly = assemble(
+        assembly = assemble_frame(
             request,
             setups,
             inputs,

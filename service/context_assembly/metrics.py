@@ -9,15 +9,17 @@ and would show every tenant's names on the unauthenticated ``/metrics``.
 Two process-wide mechanisms show whether they pay: the token count cache
 (``tokens/counter.py``: hits, misses, entries) and the garbage collector that ``server.tune_gc``
 tunes (prometheus_client's ``python_gc_*`` families, and the objects ``gc.freeze`` set aside).
+A third process-wide counter, ``context_assembly_internal_errors_total``, counts the service's own
+exceptions that a contributor call settled as an ``error`` outcome instead of failing the request.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
@@ -43,6 +45,28 @@ _LATENCY_BUCKETS = (
     30.0,
 )
 _DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
+
+InternalErrorSite = Literal["contribute", "revision"]
+"""Where a broad ``except`` settles the service's own exception as a failed outcome:
+``contribute`` (a contributor call of a prepare or refresh, webhook or MCP) and ``revision`` (a
+contributor's revision query of validate)."""
+
+INTERNAL_ERRORS = Counter(
+    "context_assembly_internal_errors",
+    "Exceptions of the service's own code caught and answered as a failed outcome, by where",
+    ["where"],
+    registry=None,
+)
+"""Process-wide, like the token count cache: the calls that catch such an exception run below
+the app and hold no :class:`Metrics`; each app's registry shows this one counter. Any increase
+is a bug to fix (the line ``internal_error`` in the log says its type and frames)."""
+for _site in get_args(InternalErrorSite):  # every series from 0, so that an alert sees the first
+    INTERNAL_ERRORS.labels(_site)
+
+
+def count_internal_error(where: InternalErrorSite) -> None:
+    """One exception of the service's own code caught at ``where`` (see ``INTERNAL_ERRORS``)."""
+    INTERNAL_ERRORS.labels(where).inc()
 
 
 def _child(cache: dict[tuple[str, str], Any], family: Any, key: tuple[str, str]) -> Any:
@@ -105,6 +129,7 @@ class Metrics:
         )
         GCCollector(registry=self.registry)
         self.registry.register(FrozenObjectsCollector())
+        self.registry.register(INTERNAL_ERRORS)
         self.requests = Counter(
             "context_assembly_requests_total",
             "HTTP requests by route and status",
@@ -138,12 +163,22 @@ class Metrics:
             buckets=_DELTA_BUCKETS,
             registry=self.registry,
         )
+        # Read at each scrape from the MCP endpoints the app holds (``watch_mcp_sessions``).
+        self.mcp_sessions = Gauge(
+            "context_assembly_mcp_sessions_open",
+            "MCP sessions open on servers (initialised with an Mcp-Session-Id, not yet ended)",
+            registry=self.registry,
+        )
         # Labelled children, looked up once (``labels()`` validates and locks on every call); as
         # many entries as the families' own label sets, which no code path removes.
         self._decision_children: dict[tuple[str, str], Any] = {}
         self._contributor_children: dict[tuple[str, str], Any] = {}
         self._request_children: dict[tuple[str, str], Any] = {}
         self._prepare_children: dict[tuple[str, str], Any] = {}
+
+    def watch_mcp_sessions(self, count: Callable[[], int]) -> None:
+        """Show ``count()`` (``McpEndpoints.open_sessions``) as the open MCP sessions."""
+        self.mcp_sessions.set_function(count)
 
     def count_request(self, route: str, status: int) -> None:
         """One answered HTTP request (the access line's counter)."""
@@ -166,7 +201,7 @@ class Metrics:
             _child(self._decision_children, self.decisions, key).inc(amount)
         labels = contributor_labels(contributors)
         for source in response.selection.sources:
-            if source.kind == "webhook":
+            if source.kind in ("webhook", "mcp"):
                 self._observe_call(labels, source.source, source.status, source.duration_ms)
 
     def observe_failure(
@@ -198,5 +233,6 @@ class Metrics:
 
 
 def contributor_labels(contributors: Sequence[ContributorRef]) -> dict[str, str]:
-    """Each webhook source's metric label: the registered endpoint it names, or ``inline``."""
+    """Each called source's metric label (webhook or MCP): the registered endpoint it names, or
+    ``inline``."""
     return {c.source: c.endpoint if c.endpoint is not None else "inline" for c in contributors}

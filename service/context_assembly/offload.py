@@ -8,9 +8,10 @@ loop's default executor, a bounded pool) while the loop keeps serving. Small req
 of them, are assembled on the loop, where they take well under a millisecond: a thread hop would
 only add to their latency.
 
-A request is large when its body is over ``LARGE_BYTES`` (``parse_body`` notes it for the rest of
-the request's task) or when the block text of its sources is over ``LARGE_BYTES`` characters
-(``assemble`` adds up the blocks it is given, the contributors' answers included).
+A request is large when its body is over ``LARGE_BYTES`` (the route says so: ``large_body``,
+from ``api.bodies.large_body``) or when the block text of its sources is over ``LARGE_BYTES``
+characters (``run_assembly_async`` adds up the blocks it is given, the contributors' answers
+included).
 
 Parsing holds the GIL (pydantic-core does not release it), so a thread would not free the loop
 while a body is parsed. What must be refused is refused first instead: a large body with more
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -40,8 +40,6 @@ M = TypeVar("M", bound=BaseModel)
 
 LARGE_BYTES = 256 * 1024
 MOST_BLOCKS = 2048
-
-_large_body: ContextVar[bool] = ContextVar("context_assembly.large_body", default=False)
 
 
 class _Block(TypedDict, total=False):
@@ -61,13 +59,12 @@ _SKIM = TypeAdapter(_Skim)
 
 def parse_body(model: type[M], raw: bytes) -> M:
     """``raw`` parsed into ``model`` (``validation.parse_model``); a large body is first skimmed
-    for its block count, and noted as large for ``assemble`` and ``large_body``.
+    for its block count.
 
     Raises:
         InvalidError: the body has more than ``MOST_BLOCKS`` blocks, or does not parse.
     """
     if len(raw) > LARGE_BYTES:
-        _large_body.set(True)
         try:
             skim = _SKIM.validate_json(raw)
         except ValidationError:
@@ -82,20 +79,17 @@ def parse_body(model: type[M], raw: bytes) -> M:
     return parse_model(model, raw)
 
 
-def large_body() -> bool:
-    """Whether the body of the request being served is over ``LARGE_BYTES``."""
-    return _large_body.get()
-
-
-async def assemble(
+async def run_assembly_async(
     request: PrepareRequest,
     setups: Sequence[SourceSetup],
     inputs: Sequence[SourceInput],
+    *,
+    large_body: bool = False,
     **options: Any,
 ) -> tuple[Assembly, ModelContext]:
     """``engine.run_assembly(request, setups, inputs, **options)``: in a worker thread for a
-    large request, on the loop otherwise."""
-    if large_body() or _text_chars(inputs) > LARGE_BYTES:
+    large request (``large_body``: its body was over ``LARGE_BYTES``), on the loop otherwise."""
+    if large_body or _text_chars(inputs) > LARGE_BYTES:
         return await asyncio.to_thread(run_assembly, request, setups, inputs, **options)
     return run_assembly(request, setups, inputs, **options)
 

@@ -51,7 +51,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from context_assembly import __version__
 from context_assembly.errors import ServiceError
-from context_assembly.lifecycle import UsageRequest
+from context_assembly.lifecycle_models import UsageRequest
 from context_assembly.tokens.registry import ModelRegistry
 
 if TYPE_CHECKING:

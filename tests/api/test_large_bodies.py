@@ -1,12 +1,16 @@
-"""A large body is skimmed for its block count before any model is built (``offload.py``)."""
+"""A large body is skimmed for its block count before any model is built, and assembled off the
+event loop (``offload.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 import pytest
+from api_support import AppFactory
 
+from context_assembly import offload
 from context_assembly.core.request import AssemblyOptions, PrepareRequest
 from context_assembly.errors import InvalidError
 from context_assembly.offload import LARGE_BYTES, MOST_BLOCKS, parse_body
@@ -69,3 +73,44 @@ def test_a_large_body_the_skim_cannot_read_gets_the_parse_error() -> None:
     with pytest.raises(InvalidError) as skimmed:
         parse_body(PrepareRequest, raw)
     assert skimmed.value.detail == plain.value.detail
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("route", "padding", "off_loop"),
+    [
+        ("/v1/prepare", LARGE_BYTES, True),
+        ("/v1/budget", LARGE_BYTES, True),
+        ("/v1/prepare", 0, False),
+        ("/v1/budget", 0, False),
+    ],
+)
+def test_a_large_body_is_assembled_off_the_event_loop(
+    make_client: AppFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    route: str,
+    padding: int,
+    off_loop: bool,
+) -> None:
+    """A body over LARGE_BYTES (here by its trailing whitespace alone: its texts are short) is
+    assembled in a worker thread, where no event loop runs; a small one on the loop."""
+    seen: list[bool] = []
+    original = offload.run_assembly
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(not _on_a_loop())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(offload, "run_assembly", spy)
+    client = make_client()
+    raw = body([1], 10) + b" " * padding
+    answer = client.post(route, content=raw, headers={"content-type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert seen == [off_loop]

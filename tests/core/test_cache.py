@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_assembly.core import cache
-from context_assembly.core.request import Message, PrepareRequest, Render, Scope
+from context_assembly.core.request import PrepareRequest, Render, Scope
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import cache_minimum, run_assembly, to_response
 from context_assembly.errors import InvalidError
@@ -560,14 +560,6 @@ def test_digests_hold_no_text() -> None:
     kept = orjson.dumps(turn.digests.to_record()).decode()
     for text in ("careful assistant", "search-word", "question 0", "answer 1", TEST_MODEL):
         assert text not in kept
-
-
-def test_history_digests_are_the_records_history_hashes() -> None:
-    """Given or computed, the history digests are the same, so a record can keep them once."""
-    messages = [Message(role="user", content="hi"), Message(role="assistant", content="yo")]
-    assert cache.message_digests(messages) == [
-        cache.digest(m.model_dump(mode="json", exclude_none=True)) for m in messages
-    ]
 
 
 # --------------------------------------------------------------------------- usage

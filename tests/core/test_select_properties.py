@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from unittest.mock import patch
 
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from context_assembly.core.blocks import Node, SourceBlocks, build_graph, closure
+from context_assembly.core import select as selection
+from context_assembly.core.blocks import Node, SourceBlocks, build_graph
 from context_assembly.core.counting import block_piece, piece_object
 from context_assembly.core.request import AssemblyOptions, Block
 from context_assembly.core.select import (
@@ -58,6 +60,19 @@ def _select(
 EXPECTED_ERRORS = (AssemblyOverflowError, ContextOverflowError, InvalidError)
 
 
+def _closure(graph: dict[str, Node], roots: Iterable[str]) -> set[str]:
+    """Every qualified id reachable from ``roots`` through dependencies, roots included (ids
+    missing from the graph too)."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        qid = stack.pop()
+        if qid not in seen:
+            seen.add(qid)
+            stack.extend(graph[qid].deps if qid in graph else ())
+    return seen
+
+
 @PROPERTY
 @given(scenarios(), st.sampled_from(COUNTERS))
 def test_never_over_the_data_limit_or_a_source_limit(scenario: Scenario, counter: object) -> None:
@@ -93,7 +108,7 @@ def test_entered_blocks_have_their_dependencies_in_full(
             assert qid not in result.order
             continue
         assert qid in result.order
-        for dep in closure(graph, graph[qid].deps):
+        for dep in _closure(graph, graph[qid].deps):
             assert result.decisions[dep].status == "selected", (qid, dep)
     assert set(result.decisions) == set(graph), "every block has a decision"
 
@@ -155,7 +170,7 @@ def test_removing_a_lower_ranked_block_leaves_higher_ranked_decisions(
     removed = data.draw(st.sampled_from(sorted(graph)))
     dependents = _dependents(graph, removed)
     effective = min(rank_key(graph[q]) for q in {removed, *dependents})
-    related = dependents | set(closure(graph, [removed]))
+    related = dependents | _closure(graph, [removed])
     groups = [
         SourceBlocks(g.source, tuple(b for b in g.blocks if f"{g.source}/{b.id}" != removed))
         for g in scenario.groups
@@ -221,6 +236,59 @@ def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: object)
         return demand, result
 
     assert outcome(True) == outcome(False)
+
+
+@PROPERTY
+@given(scenarios())
+def test_the_availability_shortcut_answers_as_the_walk_does(scenario: Scenario) -> None:
+    """With no dependency missing and nothing expired the plan answers that every block can
+    enter without walking the graph; the walk finds the same, with or without a failed source."""
+    graph = build_graph(scenario.groups, OPTIONS)
+    plan = cost_plan(graph, scenario.sources, WordCounter(), PROFILE)
+    for failed in (frozenset(), frozenset(scenario.sources[:1])):
+        assert plan.unavailable(graph, NOW, failed) == selection._availability(graph, NOW, failed)
+
+
+# A projection's piece counts more than its full text's ("projected":true): the full text fits
+# the room the protected block leaves (63 of 65 tokens), the projection would not (69).
+_PROJECTION_LONGER = Scenario(
+    ("mem",),
+    (
+        SourceBlocks(
+            "mem",
+            (
+                Block(id="b0", text="alpha", protected=True),
+                Block(id="b1", text="alpha", projection="alpha"),
+            ),
+        ),
+    ),
+    data_limit=65,
+    max_data_tokens=400,
+    source_limits={},
+)
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(COUNTERS))
+@example(_PROJECTION_LONGER, COUNTERS[0])
+def test_the_out_of_room_shortcut_decides_as_the_budget_rule_does(
+    scenario: Scenario, counter: object
+) -> None:
+    """Omitting a block whose smallest view alone is over the room left, without pricing its
+    dependencies, gives the same selection (or the same error) as pricing every block by the
+    budget rule: the shortcut is a lower bound of that rule, never a second rule."""
+    graph = build_graph(scenario.groups, OPTIONS)
+
+    def outcome() -> Selection | tuple[type[Exception], str]:
+        try:
+            return _select(graph, scenario, counter)
+        except EXPECTED_ERRORS as err:
+            return type(err), str(err)
+
+    with_shortcut = outcome()
+    with patch.object(selection._Run, "out_of_room", lambda run, i: False):
+        rule_alone = outcome()
+    assert with_shortcut == rule_alone
 
 
 def test_the_envelope_of_the_data_message_does_not_count_against_a_source_limit() -> None:

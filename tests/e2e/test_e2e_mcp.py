@@ -1,6 +1,7 @@
 """MCP servers as contributors, end to end: a real ``context-assembly serve`` process with a TOML
 file registering MCP servers built with the official SDK (subprocesses), and a webhook beside
-them for the deadline comparison."""
+them for the deadline comparison; an MCP server named by an inline URL; the sessions' end on the
+server and their gauge in ``/metrics``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Contributor, ServiceFactory
+from e2e_support import Contributor, ServiceFactory, stop
+from prometheus_client.parser import text_string_to_metric_families
 
 from contributors.faults import DEADLINE, SLACK
 from contributors.mcp_servers import McpProcess, mcp_server
@@ -26,6 +28,34 @@ def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpProcess
     """The SDK test server, guarded by a bearer token."""
     with mcp_server(tmp_path_factory.mktemp("mcp"), token=TOKEN) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpProcess]:
+    """The SDK test server without a token (a request names no header)."""
+    with mcp_server(tmp_path_factory.mktemp("mcp")) as server:
+        yield server
+
+
+def open_sessions(client: httpx.Client) -> float:
+    """The gauge of open MCP sessions in ``/metrics``."""
+    text = client.get("/metrics").text
+    [family] = [
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "context_assembly_mcp_sessions_open"
+    ]
+    [sample] = family.samples
+    return sample.value
+
+
+def wait_for_lines(server: McpProcess, line: str, count: int, timeout: float = 10.0) -> None:
+    """Bounded polling of the server's record until it holds ``count`` of ``line``: a session
+    is ended in the background, after the call that used it."""
+    deadline = time.monotonic() + timeout
+    while server.lines().count(line) < count:
+        assert time.monotonic() < deadline, f"{count} x {line!r} never recorded: {server.lines()}"
+        time.sleep(0.02)
 
 
 def mcp_entry(name: str, url: str, **keys: str) -> str:
@@ -154,8 +184,9 @@ def test_a_reload_that_changes_the_registration_opens_a_new_session(
     docs_server: McpProcess,
     contributor: Contributor,
 ) -> None:
-    """Prepares reuse one session; after a reload that changes the registration, the next
-    prepare initialises a new one."""
+    """Prepares reuse one session; a reload that changes the registration ends it on the server
+    (``DELETE``), and the next prepare initialises a new one; ``/metrics`` counts the sessions
+    open; the shutdown ends the last one."""
     monkeypatch.setenv("DOCS_MCP_TOKEN", f"Bearer {TOKEN}")
     svc = service_factory(config(docs_server, contributor))
     db = next(
@@ -168,16 +199,21 @@ def test_a_reload_that_changes_the_registration_opens_a_new_session(
     def opened() -> int:
         return svc.log.read_text().count('"mcp_session_opened"')
 
+    deletes = docs_server.lines().count("DELETE -")
     with httpx.Client(base_url=svc.base, timeout=10) as client:
+        assert open_sessions(client) == 0
         for _ in range(3):
             assert client.post("/v1/prepare", json=body(ref)).status_code == 200
         assert opened() == 1
+        assert open_sessions(client) == 1
         svc.config.write_text(config(docs_server, contributor, db=db, top_k=1))
         svc.proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
         while '"config_reloaded"' not in svc.log.read_text():  # bounded: the signal is async
             assert time.monotonic() < deadline, "the reload was never logged"
             time.sleep(0.05)
+        wait_for_lines(docs_server, "DELETE -", deletes + 1)
+        assert open_sessions(client) == 0
         again = client.post("/v1/prepare", json=body(ref))
         assert again.status_code == 200
         ids = [
@@ -185,3 +221,66 @@ def test_a_reload_that_changes_the_registration_opens_a_new_session(
         ]
         assert len(ids) == 1  # the new tool_arguments apply
         assert opened() == 2
+        assert open_sessions(client) == 1
+    stop(svc.proc)  # the shutdown waits for the DELETE's answer
+    assert docs_server.lines().count("DELETE -") == deletes + 2
+
+
+def test_an_inline_mcp_url_through_the_service(
+    service_factory: ServiceFactory, open_server: McpProcess
+) -> None:
+    """An MCP server named inline, admitted by ``[inline_urls]`` (loopback, ``allow_private``):
+    its resources are blocks, its binary resource is an omitted ``binary_content`` report with
+    0 tokens (shown by the breakdown too, never sent), the source's kind is ``mcp``; validate
+    re-reads the resources' revision from what the record kept and sees a change; each call's
+    session is ended on the server after it. Off the allowlist the URL is refused."""
+    prefix = f"http://127.0.0.1:{open_server.port}/"
+    svc = service_factory(
+        f'[store]\npath = "{{db}}"\n\n'
+        f'[inline_urls]\nallow = [{{ prefix = "{prefix}", allow_private = true }}]\n'
+    )
+    mcp = {"source": "docs", "url": open_server.url, "kind": "mcp"}
+    read = {**mcp, "resources": ["docs://guide/refunds", "docs://counter", "docs://logo.png"]}
+    initialized = open_server.lines().count("POST initialize")
+    deletes = open_server.lines().count("DELETE -")
+    with httpx.Client(base_url=svc.base, timeout=10) as client:
+        first = client.post("/v1/prepare", json=body(read))
+        assert first.status_code == 200, first.text
+        prep = first.json()
+        [source] = prep["selection"]["sources"]
+        assert (source["kind"], source["status"], source["block_count"]) == ("mcp", "ok", 2)
+        reports = [
+            (b["id"], b["status"], b["reason"], b["tokens"], b["full_tokens"])
+            for b in prep["selection"]["blocks"]
+        ]
+        assert [r[:3] for r in reports] == [
+            ("docs://guide/refunds", "selected", "fits"),
+            ("docs://counter", "selected", "fits"),
+            ("docs://logo.png", "omitted", "binary_content"),
+        ]
+        assert reports[2][3:] == (0, 0)
+        assert "docs://logo.png" not in str(prep["frame"])
+        prep_id = prep["preparation_id"]
+        page = client.get(f"/v1/preparations/{prep_id}/breakdown").text
+        assert "binary_content" in page and "docs://logo.png" in page
+
+        check = {"model": prep["model"], "frame": prep["frame"]}
+        valid = client.post(f"/v1/preparations/{prep_id}/validate", json=check)
+        assert valid.status_code == 200, valid.text
+        bump = client.post("/v1/prepare", json=body({**mcp, "tool": "bump"}))
+        assert bump.status_code == 200, bump.text
+        stale = client.post(f"/v1/preparations/{prep_id}/validate", json=check)
+        assert stale.status_code == 409, stale.text
+        assert stale.json()["reasons"] == ["revision_changed:docs"]
+
+        refused = client.post(
+            "/v1/prepare",
+            json=body({**read, "url": "http://127.0.0.2:9/mcp", "failure_policy": "omit"}),
+        )
+        assert refused.status_code == 200, refused.text
+        [source] = refused.json()["selection"]["sources"]
+        assert (source["kind"], source["status"]) == ("mcp", "rejected")
+        assert open_sessions(client) == 0
+    # prepare, validate twice, bump: a session each, each ended after its call
+    assert open_server.lines().count("POST initialize") == initialized + 4
+    wait_for_lines(open_server, "DELETE -", deletes + 4)

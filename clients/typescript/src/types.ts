@@ -102,8 +102,8 @@ export interface BlockReport {
   projection_tokens: number | null;
   /** Whether the block is protected. */
   protected: boolean;
-  /** Why: `protected`, `dependency` (another chosen block needs it), `fits`, `projection_fits`; or, omitted, `expired`, `missing_dependency`, `budget` (the data limit), `source_budget` (its source's limit), `source_failed`. */
-  reason: "protected" | "dependency" | "fits" | "projection_fits" | "expired" | "missing_dependency" | "budget" | "source_budget" | "source_failed";
+  /** Why: `protected`, `dependency` (another chosen block needs it), `fits`, `projection_fits`; or, omitted, `expired`, `missing_dependency`, `budget` (the data limit), `source_budget` (its source's limit), `source_failed`, `binary_content` (an MCP server's binary content: never sent as text, reported with 0 tokens after the blocks). */
+  reason: "protected" | "dependency" | "fits" | "projection_fits" | "expired" | "missing_dependency" | "budget" | "source_budget" | "source_failed" | "binary_content";
   /** The block's source. */
   source: string;
   /** `selected` (in full), `projected` or `omitted`. */
@@ -240,23 +240,35 @@ export interface Contribution {
 }
 
 /**
- * A webhook contributor the service calls during the prepare, within `assembly.timeout_ms`:
- * a registered `endpoint` or an allowlisted `url` (exactly one).
+ * A contributor the service calls during the prepare, within `assembly.timeout_ms`: a
+ * registered `endpoint` or an allowlisted `url` (exactly one). A `url` is a webhook, or with
+ * `kind: "mcp"` an MCP server's Streamable HTTP endpoint, read with `resources` and `tool`.
  */
 export interface ContributorRef {
-  /** The name of a contributor registered in the configuration (`[contributors.<name>]`). */
+  /** The name of a contributor registered in the configuration (`[contributors.<name>]`), of the kind registered there. */
   endpoint?: string | null;
   /** When the call fails: `fail` fails the prepare (`502`, or `504` past the deadline); `omit` leaves the source out and goes on. Absent: the registration's policy, `fail` for a `url`. */
   failure_policy?: "fail" | "omit" | null;
   /** Instructions that replace the plugin's for this request (`null` drops them); absent, the plugin's own stay. */
   instructions?: string | null;
+  /**
+   * What the `url` speaks: `webhook` (the contributor protocol) or `mcp` (an MCP server over Streamable HTTP). Only with `url`: a registered `endpoint` has the kind of its registration.
+   * @default "webhook"
+   */
+  kind?: "webhook" | "mcp";
   /** A tool the model can call to read an entry that is not shown; the plugin's note names it. */
   recovery_tool?: string | null;
+  /** The MCP server's resources read every prepare: their URIs (1 to 64, none twice), or `listed`: those the server lists for the assistant (`annotations.audience`), the 64 of highest priority. Only with `kind: "mcp"`. */
+  resources?: string[] | "listed" | null;
   /**
    * The plugin whose content view the answered blocks replace.
    * minLength 1
    */
   source: string;
+  /** One read-only tool of the MCP server called every prepare. Only with `kind: "mcp"`. */
+  tool?: string | null;
+  /** The tool's arguments; in every string, `{input}` is replaced by the text of the last `user` input message. Only with `tool`. */
+  tool_arguments?: Record<string, unknown> | null;
   /** An inline contributor URL; only one the `[inline_urls]` allowlist admits, resolving to an allowed address (else `CONTRIBUTOR_URL_REJECTED`). */
   url?: string | null;
 }
@@ -532,7 +544,7 @@ export interface PrepareRequest {
   cache?: CacheOptions | null;
   /** Inline sources: blocks the host sends itself. */
   contributions?: Contribution[];
-  /** Webhook sources the service calls, in parallel under one deadline. */
+  /** Sources the service calls (webhooks and MCP servers), in parallel under one deadline. */
   contributors?: ContributorRef[];
   /** The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it. */
   history?: Message[] | NativeHistory;
@@ -793,12 +805,12 @@ export interface SkippedBreakpoint {
 
 /** One source of the request and how it answered. */
 export interface SourceReport {
-  /** How many blocks it gave. */
+  /** How many blocks it gave (not counting items reported as `binary_content`). */
   block_count: number;
   /** How long the source took, in milliseconds. */
   duration_ms: number;
-  /** `webhook` (a contributor), `inline` (a contribution) or `whiteboard`. */
-  kind: "webhook" | "inline" | "whiteboard";
+  /** `webhook` (a contributor of the webhook protocol), `mcp` (an MCP server), `inline` (a contribution) or `whiteboard`. */
+  kind: "webhook" | "mcp" | "inline" | "whiteboard";
   /** The source: the plugin it replaces. */
   source: string;
   /** `ok` (a contributor answered), `inline`; or a failure left out under `omit`: `timeout`, `error`, `invalid`, `too_large`, `skipped_deadline`, `rejected`. */

@@ -109,6 +109,7 @@ def create_app(
             clock=clock,
             cache_key_secret=key_secret,
         )
+        metrics.watch_mcp_sessions(app.state.preparations.contributors.mcp.open_sessions)
         loop = asyncio.get_running_loop()
         if config_path is not None and threading.current_thread() is threading.main_thread():
             loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)

@@ -22,7 +22,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from context_assembly.errors import InvalidError
-from context_assembly.offload import parse_body
+from context_assembly.offload import LARGE_BYTES, parse_body
 from context_assembly.validation import invalid_from_errors
 
 M = TypeVar("M", bound=BaseModel)
@@ -52,6 +52,12 @@ def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
         return parse_body(model, raw)
 
     return parse
+
+
+async def large_body(request: Request) -> bool:
+    """Whether the request's body is over ``offload.LARGE_BYTES`` (its assembly then runs in a
+    worker thread). The body is the one :func:`json_body` read: the request keeps it."""
+    return len(await request.body()) > LARGE_BYTES
 
 
 def documented(model: type[BaseModel]) -> dict[str, Any]:

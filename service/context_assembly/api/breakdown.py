@@ -28,7 +28,7 @@ from context_assembly.api.turn_words import (
     reported_words,
 )
 from context_assembly.core.result import BudgetReport, CacheReport
-from context_assembly.lifecycle import PreparationView
+from context_assembly.lifecycle_models import PreparationView
 from context_assembly.preparations.operations import Breakdown
 
 __all__ = ["count", "render_html", "render_text", "shown"]

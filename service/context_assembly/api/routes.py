@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
 from context_assembly.api.auth import Authenticator
-from context_assembly.api.bodies import documented, json_body
+from context_assembly.api.bodies import documented, json_body, large_body
 from context_assembly.api.breakdown import render_html, render_text
 from context_assembly.api.middleware import PREPARATION_ID
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
@@ -30,7 +30,7 @@ from context_assembly.errors import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from context_assembly.lifecycle import (
+from context_assembly.lifecycle_models import (
     BudgetResponse,
     PreparationView,
     RepairRequest,
@@ -389,6 +389,7 @@ PrepareBody = Annotated[PrepareRequest, Depends(json_body(PrepareRequest))]
 ValidateBody = Annotated[ValidateRequest, Depends(json_body(ValidateRequest))]
 RepairBody = Annotated[RepairRequest, Depends(json_body(RepairRequest))]
 UsageBody = Annotated[UsageRequest, Depends(json_body(UsageRequest))]
+LargeBody = Annotated[bool, Depends(large_body)]  # after the body: it reads the bytes kept
 # The body models, in the order the routes take them (``app._complete_openapi`` documents them).
 BODY_MODELS = (PrepareRequest, ValidateRequest, RepairRequest, UsageRequest)
 
@@ -409,7 +410,12 @@ COMMON = (401, 413, 422, 503)
     openapi_extra=_body(PrepareRequest, PREPARE_EXAMPLES),
 )
 async def prepare(
-    tenant: Tenant, body: PrepareBody, service: Service, metrics: MetricsDep, request: Request
+    tenant: Tenant,
+    body: PrepareBody,
+    large: LargeBody,
+    service: Service,
+    metrics: MetricsDep,
+    request: Request,
 ) -> Response:
     """The service calls the contributors in parallel under one deadline
     (`assembly.timeout_ms`), validates every block, counts it with the model's tokenizer,
@@ -418,7 +424,7 @@ async def prepare(
     Every block gets a status (`selected`, `projected`, `omitted`) and a reason."""
     started = time.perf_counter()
     try:
-        prepared = await service.prepare(tenant, body)
+        prepared = await service.prepare(tenant, body, large_body=large)
     except Exception as err:
         _failed(err, metrics, "prepare", time.perf_counter() - started, body)
         raise
@@ -437,11 +443,11 @@ async def prepare(
     "sources left pending.",
     openapi_extra=_body(PrepareRequest, PREPARE_EXAMPLES),
 )
-async def budget(tenant: Tenant, body: PrepareBody, service: Service) -> Response:
+async def budget(tenant: Tenant, body: PrepareBody, large: LargeBody, service: Service) -> Response:
     """The same body as prepare, but only what is already materialisable (inline
     contributions, the whiteboard, legacy views) is counted and selected: no contributor is
     called and nothing is stored."""
-    return json_response(await service.budget(tenant, body))
+    return json_response(await service.budget(tenant, body, large_body=large))
 
 
 @v1.get(
@@ -506,7 +512,12 @@ async def validate(
     openapi_extra=_body(PrepareRequest, PREPARE_EXAMPLES),
 )
 async def refresh(
-    preparation_id: str, tenant: Tenant, body: PrepareBody, service: Service, metrics: MetricsDep
+    preparation_id: str,
+    tenant: Tenant,
+    body: PrepareBody,
+    large: LargeBody,
+    service: Service,
+    metrics: MetricsDep,
 ) -> Response:
     """After the host's hooks edited the history or the current input: the whole edited prepare
     request again. The trusted prefix (model, scope, instructions, plugins, tools, options,
@@ -514,7 +525,7 @@ async def refresh(
     within what is left of the deadline. Allowed once."""
     started = time.perf_counter()
     try:
-        prepared = await service.refresh(tenant, preparation_id, body)
+        prepared = await service.refresh(tenant, preparation_id, body, large_body=large)
     except Exception as err:
         _failed(err, metrics, "refresh", time.perf_counter() - started, body)
         raise

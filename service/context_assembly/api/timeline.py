@@ -26,7 +26,7 @@ from context_assembly.api.turn_words import (
     expected_words,
     reported_words,
 )
-from context_assembly.lifecycle import CacheMiss, Timeline, TimelineTurn
+from context_assembly.lifecycle_models import CacheMiss, Timeline, TimelineTurn
 from context_assembly.preparations.turns import TIMELINE_TURNS
 
 

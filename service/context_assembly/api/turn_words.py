@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from context_assembly.api.pages import duration, shown
-from context_assembly.lifecycle import CacheMiss, NamedChange, TimelineTurn
+from context_assembly.lifecycle_models import CacheMiss, NamedChange, TimelineTurn
 
 MISS_WORDS: Final[dict[CacheMiss, str]] = {
     "prefix_changed": "prefix changed",

@@ -11,7 +11,9 @@ Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (the dead
 from the contributor); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
 ``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
 ``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
-time left to send). A ``cause`` says what happened without quoting the body.
+time left to send). A ``cause`` says what happened without quoting the body. An exception of the
+service's own code settles the call as ``error`` too (cause ``unexpected <type>``), and is logged
+and counted as the bug it is (:func:`_report_bug`).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import secrets
 import socket
 import ssl
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import orjson
+import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from context_assembly.contributors.client import ContributorClient, PinRefusedError
@@ -46,6 +50,7 @@ from context_assembly.core.request import (
     finite_revision,
 )
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
+from context_assembly.metrics import InternalErrorSite, count_internal_error
 
 if TYPE_CHECKING:  # mcp.py imports this module; it is only named in annotations here
     from context_assembly.contributors.mcp import McpEndpoint
@@ -67,6 +72,8 @@ SKIPPED_CAUSE = "no time left before the deadline"
 
 _DEADLINE_STATUSES = frozenset({"timeout", "skipped_deadline"})
 _UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for Revision's members
+
+log = structlog.get_logger("context_assembly.contributors")
 
 
 # --------------------------------------------------------------------------- values
@@ -378,6 +385,7 @@ async def _contribute_one(
             )
         return _answer_outcome(target.source, result.body, result.duration_ms)
     except Exception as exc:  # one contributor's surprise must never sink the whole fan-out
+        _report_bug("contribute", target.source, exc)
         return _unexpected(target.source, exc, (clock() - started) * 1000.0)
 
 
@@ -416,6 +424,26 @@ def _answer_outcome(source: str, data: bytes, duration_ms: float) -> Contributor
 def _unexpected(source: str, exc: Exception, duration_ms: float) -> ContributorOutcome:
     return ContributorOutcome(
         source, "error", duration_ms, cause=f"unexpected {type(exc).__name__}"
+    )
+
+
+def _report_bug(where: InternalErrorSite, source: str, exc: Exception) -> None:
+    """Log and count an exception of the service's own code that a call settles as ``error``.
+
+    What a contributor does (a status, a body, a fault of the connection) is classified before
+    it gets here; what gets here is a bug of ours, so it is counted
+    (``context_assembly_internal_errors_total``) and logged with its type and where it was raised
+    (module, line and function of each frame). Not its message: a message can quote what the code
+    was handed (a block's text, a contributor's answer), and a traceback in the log would carry
+    it.
+    """
+    count_internal_error(where)
+    frames = [
+        f"{frame.f_globals.get('__name__', '?')}:{line} {frame.f_code.co_qualname}"
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+    ]
+    log.error(
+        "internal_error", where=where, source=source, error_type=type(exc).__name__, frames=frames
     )
 
 
@@ -556,7 +584,8 @@ async def query_revision(
     if target.mcp is not None:
         try:
             return await target.mcp.revision(client, deadline_monotonic, max_response_bytes, clock)
-        except Exception:  # as below: a surprise is an error, not a crash of validate
+        except Exception as exc:  # as below: a surprise is an error, not a crash of validate
+            _report_bug("revision", target.source, exc)
             return "error", None
     call: CallType = "revision"
     if check_id is None:
@@ -574,6 +603,7 @@ async def query_revision(
         answer = RevisionAnswer.model_validate(_parse_json(result.body))
     except (_Failure, ValidationError):
         return "invalid", None
-    except Exception:  # as in contribute_all: a surprise is an error, not a crash of validate
+    except Exception as exc:  # as in contribute_all: a surprise is an error, not a crash
+        _report_bug("revision", target.source, exc)
         return "error", None
     return "ok", answer.revision

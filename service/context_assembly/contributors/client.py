@@ -140,11 +140,28 @@ class ContributorClient:
         """POST ``body`` and return the response once its head is read (the caller reads the
         body, then ``release()``s or ``close()``s it). ``pin``: the checked target of an inline
         URL, whose addresses are the only ones the call may connect to."""
+        return await self._send("POST", url, body, headers, pin)
+
+    async def delete(
+        self, url: str, headers: dict[str, str], pin: CheckedTarget | None
+    ) -> aiohttp.ClientResponse:
+        """DELETE ``url`` (an MCP session's end) and return the response once its head is read;
+        the same pools, pinning and rules as :meth:`post`."""
+        return await self._send("DELETE", url, None, headers, pin)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        pin: CheckedTarget | None,
+    ) -> aiohttp.ClientResponse:
         if pin is None:
             if self._registered is None:
                 self._registered = self._session(inline=False)
-            return await self._registered.post(
-                url, data=body, headers=headers, allow_redirects=False
+            return await self._registered.request(
+                method, url, data=body, headers=headers, allow_redirects=False
             )
         parsed = URL(url)
         host = (parsed.raw_host or "").lower().rstrip(".")
@@ -154,7 +171,9 @@ class ContributorClient:
             self._inline = self._session(inline=True)
         token = _CURRENT_PIN.set(pin)
         try:
-            return await self._inline.post(url, data=body, headers=headers, allow_redirects=False)
+            return await self._inline.request(
+                method, url, data=body, headers=headers, allow_redirects=False
+            )
         finally:
             _CURRENT_PIN.reset(token)
 

@@ -24,7 +24,12 @@ over the cap) is announced to a session-based server with ``notifications/cancel
 the background; the rest of its answer is never read.
 
 Sessions are kept per tenant and registration (a server never sees two tenants on one session),
-in :class:`McpEndpoints`, which drops them when a reload removes or changes the registration.
+in :class:`McpEndpoints`, which drops them when a reload removes or changes the registration, when
+more than ``MAX_ENDPOINTS`` are kept, and at shutdown. A dropped session is ended on the server
+(``DELETE`` with its ``Mcp-Session-Id``, in the background, within ``CLOSE_SESSION_SECONDS``) once
+no call uses it any more. An MCP server named by an inline URL is reached at the address the SSRF
+guard checked for this call: its endpoint serves one call (a prepare's or a validate's), and its
+session is ended after it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import asyncio
 import contextlib
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
@@ -71,6 +76,7 @@ from context_assembly.contributors.mcp_exchange import (
     ByteBudget,
     McpFailure,
     SessionExpired,
+    end_session,
     post,
 )
 from context_assembly.contributors.mcp_mapping import (
@@ -97,6 +103,8 @@ MAX_CONCURRENT_READS: Final = 8
 CANCEL_NOTICE_SECONDS: Final = 1.0
 """How long a ``notifications/cancelled`` may take; it is a courtesy, the outcome is settled."""
 NOTICE_BYTES: Final = 64 * 1024
+CLOSE_SESSION_SECONDS: Final = 1.0
+"""How long the ``DELETE`` that ends a dropped session may take (at shutdown too)."""
 MAX_ENDPOINTS: Final = 1024
 """Sessions kept (tenant × registration); past it the least recently used is dropped."""
 
@@ -218,14 +226,24 @@ class McpEndpoint:
         name: str = "",
         pin: CheckedTarget | None = None,
         background: set[asyncio.Task[None]] | None = None,
+        open_sessions: set[McpEndpoint] | None = None,
+        once: bool = False,
     ) -> None:
+        """``background``: where the tasks sent in the background are kept (cancel notices,
+        session ends); ``open_sessions``: the set this endpoint is in while it holds a session
+        with an id (the gauge of open sessions); ``once``: an endpoint for one call (an inline
+        URL), whose session is ended when the call is over."""
         self.spec = spec
         self.name = name
         self.pin = pin
         self._background = background if background is not None else set()
+        self._open_sessions = open_sessions if open_sessions is not None else set()
         self._session: _Session | None = None
+        self._client: ContributorClient | None = None  # the one that opened the session
         self._opening = asyncio.Lock()
         self._ids = itertools.count(1)
+        self._calls = 0  # calls under way
+        self._dropped = once  # the session is ended as soon as no call uses it
 
     # ------------------------------------------------------------------ the calls of a prepare
 
@@ -247,7 +265,10 @@ class McpEndpoint:
         now_ms = packet_fields.deadline_unix_ms - int(remaining * 1000)
         text = latest_user_text(packet_fields.input)
         budget = ByteBudget(max_response_bytes)
-        result = await _settle(lambda: self._contribute(client, budget, text, now_ms), remaining)
+        with self._in_use():
+            result = await _settle(
+                lambda: self._contribute(client, budget, text, now_ms), remaining
+            )
         duration_ms = (clock() - started) * 1000.0
         if isinstance(result, McpFailure):
             return ContributorOutcome(source, result.status, duration_ms, cause=result.cause)
@@ -362,7 +383,8 @@ class McpEndpoint:
         if remaining < MIN_SEND_SECONDS:
             return "skipped_deadline", None
         budget = ByteBudget(max_response_bytes)
-        result = await _settle(lambda: self._revision(client, budget), remaining)
+        with self._in_use():
+            result = await _settle(lambda: self._revision(client, budget), remaining)
         if isinstance(result, McpFailure):
             return result.status, None
         return "ok", result
@@ -409,7 +431,8 @@ class McpEndpoint:
             return session
         async with self._opening:
             if self._session is None:
-                self._session = await self._initialize(client, budget)
+                self._hold(await self._initialize(client, budget), client)
+            assert self._session is not None
             return self._session
 
     async def _initialize(self, client: ContributorClient, budget: ByteBudget) -> _Session:
@@ -454,7 +477,7 @@ class McpEndpoint:
                 )
             except SessionExpired:
                 if self._session is session:
-                    self._session = None
+                    self._hold(None, None)  # the server forgot it: nothing to end
                     log.info("mcp_session_expired", endpoint=self.name)
                 continue
             except asyncio.CancelledError:
@@ -490,13 +513,68 @@ class McpEndpoint:
                         client, self.spec.url, self.pin, notice, headers, ByteBudget(NOTICE_BYTES)
                     )
 
-        task = asyncio.ensure_future(send())
+        self._spawn(send())
+
+    # ------------------------------------------------------------------ the session's end
+
+    def _hold(self, session: _Session | None, client: ContributorClient | None) -> None:
+        """Keep ``session`` (opened through ``client``) as this endpoint's, or none."""
+        self._session, self._client = session, client
+        if session is not None and session.session_id is not None:
+            self._open_sessions.add(self)
+        else:
+            self._open_sessions.discard(self)
+
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Count a call under way; the last one out of a dropped endpoint ends its session."""
+        self._calls += 1
+        try:
+            yield
+        finally:
+            self._calls -= 1
+            if self._dropped and self._calls == 0:
+                self._end_session()
+
+    @property
+    def dropped(self) -> bool:
+        """Whether the endpoint is out of use: its session is ended once its calls are over."""
+        return self._dropped
+
+    def drop(self) -> None:
+        """Take the endpoint out of use: its session is ended on the server now, or when the
+        calls still under way are over (a later call, if any, would open a new one)."""
+        self._dropped = True
+        if self._calls == 0:
+            self._end_session()
+
+    def _end_session(self) -> None:
+        """End the session on the server in the background (``DELETE``), within
+        ``CLOSE_SESSION_SECONDS``; a stateless server has nothing to end."""
+        session, client = self._session, self._client
+        self._hold(None, None)
+        if session is None or session.session_id is None or client is None:
+            return
+        headers = self._headers(session)
+
+        async def send() -> None:
+            # The session is gone from here whatever the server answers: a failure is logged
+            # with what it was, never with the session id or a header value.
+            try:
+                async with asyncio.timeout(CLOSE_SESSION_SECONDS):
+                    status = await end_session(client, self.spec.url, self.pin, headers)
+            except Exception as exc:  # nothing waits on its outcome
+                cause = "no answer in time" if isinstance(exc, TimeoutError) else _classify(exc)[1]
+                log.info("mcp_session_end_failed", endpoint=self.name, cause=cause)
+                return
+            log.info("mcp_session_ended", endpoint=self.name, status=status)
+
+        self._spawn(send())
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    def forget(self) -> None:
-        """Drop the session: the next call initialises a new one."""
-        self._session = None
 
 
 def _listed(listing: Mapping[str, Resource]) -> list[str]:
@@ -508,12 +586,19 @@ def _listed(listing: Mapping[str, Resource]) -> list[str]:
 
 
 class McpEndpoints:
-    """The MCP endpoints in use, one per tenant and registration, each with its session."""
+    """The MCP endpoints in use, one per tenant and registration, each with its session; and the
+    endpoints of inline URLs, one per call."""
 
     def __init__(self, max_endpoints: int = MAX_ENDPOINTS) -> None:
         self.max_endpoints = max_endpoints
         self._endpoints: OrderedDict[tuple[str, str], McpEndpoint] = OrderedDict()
         self._background: set[asyncio.Task[None]] = set()
+        self._open_sessions: set[McpEndpoint] = set()
+
+    def _new(self, spec: McpSpec, name: str, **kw: Any) -> McpEndpoint:
+        return McpEndpoint(
+            spec, name=name, background=self._background, open_sessions=self._open_sessions, **kw
+        )
 
     def registered(self, tenant: str, name: str, spec: McpSpec) -> McpEndpoint:
         """The endpoint of registration ``name`` for ``tenant``; a changed registration gets a
@@ -524,30 +609,42 @@ class McpEndpoints:
             self._endpoints.move_to_end(key)
             return endpoint
         if endpoint is not None:
-            endpoint.forget()
-        endpoint = McpEndpoint(spec, name=name, background=self._background)
+            endpoint.drop()
+        endpoint = self._new(spec, name)
         self._endpoints[key] = endpoint
         while len(self._endpoints) > self.max_endpoints:
             _, oldest = self._endpoints.popitem(last=False)
-            oldest.forget()
+            oldest.drop()
         return endpoint
+
+    def inline(self, spec: McpSpec, pin: CheckedTarget) -> McpEndpoint:
+        """An endpoint for one call of an inline URL, connected to ``pin``'s addresses only; its
+        session is ended when the call is over."""
+        return self._new(spec, "inline", pin=pin, once=True)
 
     def retain(self, specs: Mapping[str, McpSpec]) -> None:
         """Drop the endpoints whose registration a reload removed or changed."""
         for key, endpoint in list(self._endpoints.items()):
             if specs.get(key[1]) != endpoint.spec:
-                endpoint.forget()
+                endpoint.drop()
                 del self._endpoints[key]
 
     def __len__(self) -> int:
         return len(self._endpoints)
 
+    def open_sessions(self) -> int:
+        """Sessions open on servers (with an ``Mcp-Session-Id``, not yet ended): the gauge."""
+        return len(self._open_sessions)
+
     async def aclose(self) -> None:
-        """Drop every session and wait for the cancel notices still being sent."""
+        """End every session (``DELETE``), then wait for what is still being sent, each within
+        its own bound; what is left after ``CLOSE_SESSION_SECONDS`` is cancelled."""
         for endpoint in self._endpoints.values():
-            endpoint.forget()
+            endpoint.drop()
         self._endpoints.clear()
-        for task in list(self._background):
-            task.cancel()
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        pending = set(self._background)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=CLOSE_SESSION_SECONDS)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -12,8 +12,9 @@ oversized answer is ``too_large`` before it can fill memory. The events are pars
 ``EventSource`` (the parser of the official SDK's own client) over those counted chunks; nothing
 here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types``).
 
-The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the session
-(``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
+A session is ended by a ``DELETE`` of the endpoint with its id (:func:`end_session`), through the
+same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the
+session (``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
 a cause that never quotes the answer; a ``404`` to a request that carried a session id is
 :class:`SessionExpired`, so that the caller can open a new session.
 """
@@ -125,6 +126,20 @@ async def post(
         raise
     response.release()
     return answer
+
+
+async def end_session(
+    client: ContributorClient,
+    url: str,
+    pin: CheckedTarget | None,
+    headers: Mapping[str, str],
+) -> int:
+    """DELETE the session that ``headers`` name (the transport's way to end one) and return the
+    answer's status (``405``: the server does not end sessions on request). The answer's body is
+    not read: the connection is closed with it."""
+    response = await client.delete(url, dict(headers), pin)
+    response.close()
+    return response.status
 
 
 async def _read(

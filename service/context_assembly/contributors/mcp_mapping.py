@@ -14,7 +14,7 @@ docs/contributors.md states the mapping for users; in short:
   only and does not become a block;
 - a result's ``ttlMs`` above 0 (revision 2026-07-28 servers) becomes the blocks' ``expires_at``;
 - binary contents (blobs, images, audio) never become text: each is a :class:`Skipped` item
-  with the reason ``binary_content``.
+  with the reason ``binary_content``, which the manifest reports as an omitted item.
 
 A resource's revision is its ``annotations.lastModified`` from the listing, else a hash of its
 contents; the source's revision is a hash of its resources' revisions (tool results are not in
@@ -27,7 +27,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import orjson
 from mcp_types import (
@@ -46,10 +46,9 @@ from mcp_types import (
 
 from context_assembly.core.blocks import MAX_ID_CHARS, MAX_PRIORITY
 from context_assembly.core.request import Block
+from context_assembly.core.sources import SkipReason
 
 HASH_CHARS: Final = 12  # hex digits of an item hash in a block id (48 bits: ids within one answer)
-
-SkipReason = Literal["binary_content"]
 
 
 @dataclass(frozen=True, slots=True)

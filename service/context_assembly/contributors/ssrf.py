@@ -215,10 +215,6 @@ class UrlPolicy:
         prefixes = tuple((_parse_prefix(p), private) for p, private in entries)
         object.__setattr__(self, "_prefixes", prefixes)
 
-    def admits(self, scheme: str, host: str, port: int, path: str) -> bool:
-        """Whether the parsed origin and path fall under an allowlist prefix."""
-        return self.admission(scheme, host, port, path) is not None
-
     def admission(self, scheme: str, host: str, port: int, path: str) -> bool | None:
         """``None`` outside the allowlist; else whether private answers are admitted for it."""
         matched = [private for p, private in self._prefixes if p.matches(scheme, host, port, path)]

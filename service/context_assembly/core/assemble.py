@@ -23,8 +23,8 @@ from context_assembly.core.budget import (
 from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
 from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
 from context_assembly.core.frame import Frame
-from context_assembly.core.layout import Placed, build_texts, place
-from context_assembly.core.request import AssemblyOptions, Message, PrepareRequest, Revision
+from context_assembly.core.layout import Placed, Texts, build_texts, place
+from context_assembly.core.request import Message, PrepareRequest, Revision
 from context_assembly.core.result import BLOCK_REPORTS, BlockReport, BudgetReport, SelectionReport
 from context_assembly.core.select import (
     CostPlan,
@@ -56,7 +56,7 @@ class Assembly:
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
 
 
-def assemble(
+def assemble_frame(
     request: PrepareRequest,
     setups: Sequence[SourceSetup],
     inputs: Sequence[SourceInput],
@@ -71,86 +71,181 @@ def assemble(
 ) -> Assembly:
     """Run the whole pipeline (docs/contract.md, "Budget" to "Hashes") for one request.
 
+    Five steps: the blocks are validated into a graph and costed once (:func:`_costed_blocks`);
+    the fixed terms are counted and, when the request allows it, history is compacted until the
+    protected data fits (:func:`_fit`); the blocks are selected into the room left
+    (:func:`~.select.select`); the frame is laid out (:func:`~.layout.place`); the budget, the
+    manifest and the hashes describe it (:func:`_budget_report`, :func:`_manifest`,
+    :func:`~.fingerprint.frame_hashes`).
+
     Raises:
         InvalidError, AssemblyOverflowError, ContextOverflowError: as docs/contract.md, "Errors", describes.
     """
     options = request.options
-    replaced = {setup.source: setup for setup in setups}
-    texts = build_texts(request, replaced, local_now)
-    live = [item for item in inputs if not item.failed]
-    failed = frozenset(item.setup.source for item in inputs if item.failed)
-    groups = [SourceBlocks(i.setup.source, i.blocks) for i in live]
-    source_order = [p.name for p in request.plugins if p.name in replaced]
-    reserve = request.response_reserve + options.reasoning_reserve_tokens
-    graph, plan = _graph_and_plan(groups, source_order, options, counter, profile)
-
-    history = request.history_messages  # empty when the provider holds the history (native)
-    history_counts = count_history(request, counter, profile)
-    fixed = fixed_costs(
-        options.layout, texts, request.tools, history_counts, request.input, counter, profile
-    )
-    remaining = capacity.tokens - reserve - fixed.total
-    demand = (
-        protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
-        if plan is not None
-        else 0  # no block at all
-    )
-    dropped = 0
-    if remaining < demand and demand <= options.max_data_tokens:
-        policy = options.history_policy
-        if policy.mode == "drop_oldest":
-            dropped = plan_drop_oldest(
-                history_counts,
-                history_units(history),
-                policy.keep_last_messages,
-                demand - remaining,
-            )
-        if dropped < 0 or remaining + _freed(history_counts, dropped) < demand:
-            raise _overflow(capacity, reserve, fixed, demand, policy.mode)
-        history = history[dropped:]
-        history_counts = history_counts[dropped:]
-        fixed = fixed_costs(
-            options.layout, texts, request.tools, history_counts, request.input, counter, profile
-        )
-        remaining = capacity.tokens - reserve - fixed.total
-    data_limit = min(options.max_data_tokens, remaining)
-
+    texts = build_texts(request, {setup.source: setup for setup in setups}, local_now)
+    blocks = _costed_blocks(request, setups, inputs, now, counter, profile)
+    fit = _fit(request, texts, blocks.protected_demand, capacity, counter, profile)
+    data_limit = min(options.max_data_tokens, fit.remaining)
     selection = select(
-        graph,
-        source_order,
+        blocks.graph,
+        blocks.source_order,
         now=now,
         data_limit=data_limit,
         max_data_tokens=options.max_data_tokens,
         source_limits=options.source_token_limits,
         counter=counter,
         profile=profile,
-        failed_sources=failed,
-        plan=plan,
+        failed_sources=blocks.failed,
+        plan=blocks.plan,
     )
     placed = place(
-        options.layout, texts, request.tools, history, selection.data_content, request.input
+        options.layout, texts, request.tools, fit.history, selection.data_content, request.input
     )
-    frame = Frame(messages=list(placed.messages), tools=list(placed.tools))
-    data_tokens = selection.data_tokens
-    total = fixed.total + data_tokens
-    opaque = fixed.opaque or any(c.opaque for c in history_counts)
+    fingerprint, prefix_hash, _ = frame_hashes(
+        request.model_name,
+        tenant,
+        request.scope,
+        request.render,
+        placed.messages,
+        placed.tools,
+        placed.prefix_len,
+    )
+    return Assembly(
+        frame=Frame(messages=list(placed.messages), tools=list(placed.tools)),
+        placed=placed,
+        budget=_budget_report(request, capacity, fit, data_limit, selection.data_tokens),
+        selection=_manifest(request, setups, inputs, blocks.graph, selection, fit, counter, exact),
+        fingerprint=fingerprint,
+        prefix_hash=prefix_hash,
+        prefix_tokens=_prefix_tokens(placed, fit.fixed, counter, profile),
+        input_hash=input_hash(request.input),
+        instructions_hash=text_hash(request.instructions),
+        history=tuple(fit.history),
+        selected_expiry=_selected_expiry(blocks.graph, selection),
+        revisions=tuple((item.setup.source, item.revision) for item in inputs),
+    )
 
-    budget = BudgetReport(
+
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    """The live sources' blocks, validated and costed, and what the protected ones need."""
+
+    graph: dict[str, Node]
+    plan: CostPlan | None  # None when there is no block
+    source_order: list[str]  # the replaced sources, in plugin order
+    failed: frozenset[str]  # sources that failed under ``omit``
+    protected_demand: int  # estimated data tokens of the protected closure
+
+
+def _costed_blocks(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> _Blocks:
+    """The blocks of the sources that answered, validated into one graph (docs/contract.md,
+    "Block rules") and costed once; the costs serve both the protected demand and
+    the selection."""
+    replaced = {setup.source for setup in setups}
+    source_order = [p.name for p in request.plugins if p.name in replaced]
+    failed = frozenset(item.setup.source for item in inputs if item.failed)
+    groups = [SourceBlocks(i.setup.source, i.blocks) for i in inputs if not i.failed]
+    graph = build_graph(groups, request.options)
+    if not graph:
+        return _Blocks(graph, None, source_order, failed, 0)
+    plan = cost_plan(graph, source_order, counter, profile)
+    demand = protected_demand(graph, source_order, counter, profile, now, failed, plan=plan)
+    return _Blocks(graph, plan, source_order, failed, demand)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """The fixed terms of the request, and the history they count (after any compaction)."""
+
+    history: Sequence[Message]  # the history to send
+    history_counts: Sequence[Counted]  # its per-message counts
+    fixed: FixedCosts
+    remaining: int  # the window left for the data message
+    dropped: int  # history messages dropped by compaction
+
+
+def _fit(
+    request: PrepareRequest,
+    texts: Texts,
+    demand: int,
+    capacity: Capacity,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> _Fit:
+    """The fixed terms counted exactly, and the window they leave to the data message. When the
+    protected data (``demand``) does not fit that window but fits ``max_data_tokens``, the
+    history policy ``drop_oldest`` drops the oldest history units until it does; without it,
+    or when dropping cannot free enough, ``ContextOverflowError``."""
+    options = request.options
+    reserve = request.response_reserve + options.reasoning_reserve_tokens
+    history = request.history_messages  # empty when the provider holds the history (native)
+    history_counts = count_history(request, counter, profile)
+    fixed = fixed_costs(
+        options.layout, texts, request.tools, history_counts, request.input, counter, profile
+    )
+    remaining = capacity.tokens - reserve - fixed.total
+    if remaining >= demand or demand > options.max_data_tokens:
+        return _Fit(history, history_counts, fixed, remaining, 0)
+    policy = options.history_policy
+    dropped = 0
+    if policy.mode == "drop_oldest":
+        dropped = plan_drop_oldest(
+            history_counts, history_units(history), policy.keep_last_messages, demand - remaining
+        )
+    if dropped < 0 or remaining + _freed(history_counts, dropped) < demand:
+        raise _overflow(capacity, reserve, fixed, demand, policy.mode)
+    history_counts = history_counts[dropped:]
+    fixed = fixed_costs(
+        options.layout, texts, request.tools, history_counts, request.input, counter, profile
+    )
+    remaining = capacity.tokens - reserve - fixed.total
+    return _Fit(history[dropped:], history_counts, fixed, remaining, dropped)
+
+
+def _budget_report(
+    request: PrepareRequest, capacity: Capacity, fit: _Fit, data_limit: int, data_tokens: int
+) -> BudgetReport:
+    """The budget's terms as the answer reports them."""
+    fixed = fit.fixed
+    return BudgetReport(
         capacity=capacity.tokens,
         capacity_source=capacity.source,
         response_reserve=request.response_reserve,
-        reasoning_reserve_tokens=options.reasoning_reserve_tokens,
+        reasoning_reserve_tokens=request.options.reasoning_reserve_tokens,
         instructions_tokens=fixed.instructions,
         legacy_data_tokens=fixed.legacy_data,
         tools_tokens=fixed.tools,
         history_tokens=fixed.history,
         input_tokens=fixed.input,
-        remaining_tokens=remaining,
+        remaining_tokens=fit.remaining,
         data_limit_tokens=data_limit,
         data_tokens=data_tokens,
-        total_input_tokens=total,
-        history_dropped_messages=dropped,
+        total_input_tokens=fixed.total + data_tokens,
+        history_dropped_messages=fit.dropped,
     )
+
+
+def _manifest(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    graph: dict[str, Node],
+    selection: Selection,
+    fit: _Fit,
+    counter: TokenCounter,
+    exact: bool,
+) -> SelectionReport:
+    """The manifest: one report per block (then per item a source offered that is no block)
+    and per source, with the selection's totals."""
+    options = request.options
+    live = [item for item in inputs if not item.failed]
     # Validated inside the SelectionReport below, in pydantic-core (a model each: ~2x the time).
     sources = [
         {
@@ -162,59 +257,34 @@ def assemble(
         }
         for item in _in_setup_order(setups, inputs)
     ]
-    manifest = SelectionReport(
-        blocks=_block_reports(graph, selection),
+    return SelectionReport(
+        blocks=_block_reports(graph, selection) + _skipped_reports(setups, live),
         sources=sources,
         max_data_tokens=options.max_data_tokens,
-        selected_data_tokens=data_tokens,
+        selected_data_tokens=selection.data_tokens,
         layout=options.layout,
         reasoning_reserve_tokens=options.reasoning_reserve_tokens,
         tokenizer=counter.name,
         exact=exact,
-        opaque_or_multimodal=opaque,
+        opaque_or_multimodal=fit.fixed.opaque or any(c.opaque for c in fit.history_counts),
     )
+
+
+def _selected_expiry(graph: dict[str, Node], selection: Selection) -> tuple[tuple[str, str], ...]:
+    """(qualified id, ``expires_at``) of each entered block that expires, in selection order."""
+    return tuple(
+        (qid, expires_at)
+        for qid in selection.order
+        if (expires_at := graph[qid].block.expires_at) is not None
+    )
+
+
+def _prefix_tokens(
+    placed: Placed, fixed: FixedCosts, counter: TokenCounter, profile: ModelProfile
+) -> int:
+    """The tokens of the frame's cache-stable prefix: the tools and the prefix's messages."""
     prefix = placed.messages[: placed.prefix_len]
-    prefix_tokens = fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
-    fingerprint, prefix_hash, _ = frame_hashes(
-        request.model_name,
-        tenant,
-        request.scope,
-        request.render,
-        placed.messages,
-        placed.tools,
-        placed.prefix_len,
-    )
-    return Assembly(
-        frame=frame,
-        placed=placed,
-        budget=budget,
-        selection=manifest,
-        fingerprint=fingerprint,
-        prefix_hash=prefix_hash,
-        prefix_tokens=prefix_tokens,
-        input_hash=input_hash(request.input),
-        instructions_hash=text_hash(request.instructions),
-        history=tuple(history),
-        selected_expiry=tuple(
-            (qid, expires_at)
-            for qid in selection.order
-            if (expires_at := graph[qid].block.expires_at) is not None
-        ),
-        revisions=tuple((item.setup.source, item.revision) for item in inputs),
-    )
-
-
-def _graph_and_plan(
-    groups: Sequence[SourceBlocks],
-    source_order: Sequence[str],
-    options: AssemblyOptions,
-    counter: TokenCounter,
-    profile: ModelProfile,
-) -> tuple[dict[str, Node], CostPlan | None]:
-    """The validated graph and its one costing pass, which serves both the protected demand
-    and the selection (no plan when there is no block)."""
-    graph = build_graph(groups, options)
-    return graph, cost_plan(graph, source_order, counter, profile) if graph else None
+    return fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
 
 
 def _block_reports(graph: dict[str, Node], selection: Selection) -> list[BlockReport]:
@@ -238,6 +308,31 @@ def _block_reports(graph: dict[str, Node], selection: Selection) -> list[BlockRe
             }
             for node in sorted(graph.values(), key=rank_key)
             for decision in (decisions[node.qid],)
+        ]
+    )
+
+
+def _skipped_reports(
+    setups: Sequence[SourceSetup], live: Sequence[SourceInput]
+) -> list[BlockReport]:
+    """One omitted report with 0 tokens per item a live source offered that is no block (an MCP
+    server's binary content), after the blocks, in source order; a failed source has none."""
+    return BLOCK_REPORTS.validate_python(
+        [
+            {
+                "source": item.setup.source,
+                "id": item_id,
+                "status": "omitted",
+                "reason": reason,
+                "tokens": 0,
+                "full_tokens": 0,
+                "projection_tokens": None,
+                "priority": 0,
+                "protected": False,
+                "dependencies": [],
+            }
+            for item in _in_setup_order(setups, live)
+            for item_id, reason in item.skipped
         ]
     )
 
@@ -267,4 +362,4 @@ def _overflow(
     )
 
 
-__all__ = ["Assembly", "assemble", "qualified"]
+__all__ = ["Assembly", "assemble_frame", "qualified"]

@@ -229,21 +229,3 @@ def _reject_cycles(graph: Mapping[str, Node]) -> None:
                 state[qid] = 2
                 stack.pop()
                 path.pop()
-
-
-def closure(graph: Mapping[str, Node], roots: Iterable[str]) -> list[str]:
-    """Every qualified id reachable from ``roots`` through dependencies (roots included), sorted.
-
-    Ids that are not in the graph (missing dependencies) are included too, so callers can see them.
-    """
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        qid = stack.pop()
-        if qid in seen:
-            continue
-        seen.add(qid)
-        node = graph.get(qid)
-        if node is not None:
-            stack.extend(node.deps)
-    return sorted(seen)

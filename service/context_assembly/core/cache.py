@@ -54,9 +54,9 @@ from typing import Any, Final, Literal
 import orjson
 
 from context_assembly.core.assemble import Assembly
-from context_assembly.core.fingerprint import digest
+from context_assembly.core.fingerprint import message_hashes
 from context_assembly.core.render import CacheDirectives
-from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Render, Scope
+from context_assembly.core.request import CacheOptions, PrepareRequest, Render, Scope
 from context_assembly.core.result import (
     BreakpointAfter,
     CacheReport,
@@ -224,11 +224,6 @@ def _short(value: Any) -> str:
     ).hexdigest()
 
 
-def message_digests(messages: Sequence[Message]) -> list[str]:
-    """One digest per message, the same as a record's ``history_hashes``."""
-    return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
-
-
 @dataclass(frozen=True, slots=True)
 class PrefixDigests:
     """Hashes of the parts of a turn's prefix (no text): what a record keeps for ``compare``."""
@@ -271,11 +266,11 @@ def prefix_digests(
 
     A tool is hashed as its JSON in field order (one serialiser call, no sorting): a digest is
     only ever compared with one made the same way.
-    ``history_digests``: the digests of the history messages sent (``message_digests`` of
+    ``history_digests``: the digests of the history messages sent (``message_hashes`` of
     ``assembly.history``), when the caller has them already; a record's ``history_hashes``
     without the ``budget.history_dropped_messages`` first ones are those.
     """
-    history = message_digests(assembly.history) if history_digests is None else history_digests
+    history = message_hashes(assembly.history) if history_digests is None else history_digests
     return PrefixDigests(
         model=_short([model, render]),
         layout=_short(layout),

@@ -12,13 +12,12 @@ images/files/opaque items, a conservative constant; those make ``opaque_or_multi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import orjson
 
-from context_assembly.core.request import Block, Message, NativePart, TextPart, Tool
+from context_assembly.core.request import Message, NativePart, TextPart, Tool
 
 TokenizerName = Literal["o200k_base", "cl100k_base", "estimate"]
 
@@ -33,19 +32,6 @@ class TokenCounter(Protocol):
     def name(self) -> TokenizerName: ...
 
     def count(self, text: str) -> int: ...
-
-
-class BlockCounter(Protocol):
-    """Optional fast path of a counter: blocks' piece counts without building the pieces.
-
-    ``count_blocks(blocks)[i]`` must equal ``(count(block_piece(b.id, b.text, False)),
-    count(block_piece(b.id, b.projection, True)) if b.projection is not None else -1)`` for
-    ``b = blocks[i]``. A counter with a cache answers it from each block's id and texts, one lookup
-    a block and one call for all, so a warm turn never serialises the blocks that do not enter
-    (``select`` builds pieces only for the blocks it renders).
-    """
-
-    def count_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]: ...
 
 
 def piece_object(block_id: str, text: str, projected: bool) -> dict[str, object]:

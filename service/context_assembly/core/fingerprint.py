@@ -112,6 +112,13 @@ def frame_hashes(
     return "sha256:" + hasher.hexdigest(), "sha256:" + prefix.hexdigest(), frame_json
 
 
+def message_hashes(messages: Sequence[Message]) -> list[str]:
+    """One hash per message (:func:`digest` of its JSON): a record keeps its history's as
+    ``history_hashes``, which refresh compares with an edited history and a cache plan with the
+    next turn's."""
+    return [digest(message) for message in _messages(messages)]
+
+
 def input_hash(inputs: Sequence[Message]) -> str:
     """Hash of the current input messages."""
     return digest(_messages(inputs))

@@ -23,6 +23,7 @@ from pydantic import (
     StrictStr,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
@@ -372,9 +373,20 @@ _RECOVERY_TOOL = (
 )
 
 
+MAX_INLINE_RESOURCES: Final = 64
+"""Resource URIs an inline MCP contributor may pin (as many as ``"listed"`` reads at most)."""
+
+_MCP_OPTION = 'Only with `kind: "mcp"`.'
+_MCP_RESOURCES: JsonDict = {
+    "required": ["resources"],
+    "properties": {"resources": {"type": ["array", "string"]}},
+}
+
+
 class ContributorRef(Frozen):
-    """A webhook contributor the service calls during the prepare, within `assembly.timeout_ms`:
-    a registered `endpoint` or an allowlisted `url` (exactly one)."""
+    """A contributor the service calls during the prepare, within `assembly.timeout_ms`: a
+    registered `endpoint` or an allowlisted `url` (exactly one). A `url` is a webhook, or with
+    `kind: "mcp"` an MCP server's Streamable HTTP endpoint, read with `resources` and `tool`."""
 
     model_config = ConfigDict(
         frozen=True,
@@ -382,6 +394,35 @@ class ContributorRef(Frozen):
         json_schema_extra=refusing(
             ("both `endpoint` and `url`", given(endpoint="string", url="string")),
             ("neither `endpoint` nor `url`", not_given("endpoint", "url")),
+            (
+                "`kind` with `endpoint` (a registered contributor's kind is its registration's)",
+                given(endpoint="string", kind="string"),
+            ),
+            (
+                '`resources`, `tool` or `tool_arguments` without `kind: "mcp"`',
+                {
+                    "anyOf": [_MCP_RESOURCES, given(tool="string"), given(tool_arguments="object")],
+                    "not": {"required": ["kind"], "properties": {"kind": {"const": "mcp"}}},
+                },
+            ),
+            (
+                '`kind: "mcp"` without `resources` or `tool`',
+                {
+                    "required": ["kind"],
+                    "properties": {
+                        "kind": {"const": "mcp"},
+                        "resources": {"type": "null"},
+                        "tool": {"type": "null"},
+                    },
+                },
+            ),
+            (
+                "`tool_arguments` without `tool`",
+                {
+                    "required": ["tool_arguments"],
+                    "properties": {"tool_arguments": {"type": "object"}, "tool": {"type": "null"}},
+                },
+            ),
         ),
     )
 
@@ -391,7 +432,7 @@ class ContributorRef(Frozen):
     endpoint: StrictStr | None = Field(
         default=None,
         description="The name of a contributor registered in the configuration "
-        "(`[contributors.<name>]`).",
+        "(`[contributors.<name>]`), of the kind registered there.",
     )
     url: StrictStr | None = Field(
         default=None,
@@ -406,11 +447,74 @@ class ContributorRef(Frozen):
         "policy, `fail` for a `url`.",
     )
     recovery_tool: StrictStr | None = Field(default=None, description=_RECOVERY_TOOL)
+    kind: Literal["webhook", "mcp"] = Field(
+        default="webhook",
+        exclude_if=lambda value: value == "webhook",
+        description="What the `url` speaks: `webhook` (the contributor protocol) or `mcp` (an "
+        "MCP server over Streamable HTTP). Only with `url`: a registered `endpoint` has the "
+        "kind of its registration.",
+    )
+    resources: (
+        Annotated[
+            list[Annotated[StrictStr, Field(min_length=1)]],
+            Field(
+                min_length=1,
+                max_length=MAX_INLINE_RESOURCES,
+                json_schema_extra={"uniqueItems": True},
+            ),
+        ]
+        | Literal["listed"]
+        | None
+    ) = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The MCP server's resources read every prepare: their URIs (1 to "
+        f"{MAX_INLINE_RESOURCES}, none twice), or `listed`: those the server lists for the "
+        f"assistant (`annotations.audience`), the {MAX_INLINE_RESOURCES} of highest priority. "
+        + _MCP_OPTION,
+    )
+    tool: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        exclude_if=lambda value: value is None,
+        description="One read-only tool of the MCP server called every prepare. " + _MCP_OPTION,
+    )
+    tool_arguments: JsonObject | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="The tool's arguments; in every string, `{input}` is replaced by the text of "
+        "the last `user` input message. Only with `tool`.",
+    )
+
+    @field_validator("kind")
+    @classmethod
+    def _kind_of_url(cls, value: str, info: ValidationInfo) -> str:
+        # Only a kind given in the body reaches here (defaults are not validated).
+        if info.data.get("endpoint") is not None:
+            raise ValueError(
+                "kind is for a url only: a registered endpoint has the kind of its registration"
+            )
+        return value
+
+    @field_validator("resources", "tool", "tool_arguments")
+    @classmethod
+    def _mcp_option(cls, value: Any, info: ValidationInfo) -> Any:
+        # A kind that failed its own check is not in ``info.data``: its error is enough.
+        if value is not None and info.data.get("kind", "mcp") != "mcp":
+            raise ValueError(f'{info.field_name} is for kind "mcp" only')
+        if isinstance(value, list) and len(set(value)) != len(value):
+            raise ValueError("a resource URI is listed twice")
+        if info.field_name == "tool_arguments" and value is not None and "tool" in info.data:
+            if info.data["tool"] is None:
+                raise ValueError("tool_arguments needs a tool")
+        return value
 
     @model_validator(mode="after")
     def _one_target(self) -> ContributorRef:
         if (self.endpoint is None) == (self.url is None):
             raise ValueError("give exactly one of 'endpoint' or 'url'")
+        if self.kind == "mcp" and self.resources is None and self.tool is None:
+            raise ValueError('kind "mcp" needs resources, a tool, or both')
         return self
 
 
@@ -769,7 +873,8 @@ class PrepareRequest(Frozen):
     )
     contributors: list[ContributorRef] = Field(
         default_factory=list,
-        description="Webhook sources the service calls, in parallel under one deadline.",
+        description="Sources the service calls (webhooks and MCP servers), in parallel under "
+        "one deadline.",
     )
     contributions: list[Contribution] = Field(
         default_factory=list, description="Inline sources: blocks the host sends itself."

@@ -116,7 +116,9 @@ class BlockReport(Frozen):
     reason: Reason = Field(
         description="Why: `protected`, `dependency` (another chosen block needs it), `fits`, "
         "`projection_fits`; or, omitted, `expired`, `missing_dependency`, `budget` (the data "
-        "limit), `source_budget` (its source's limit), `source_failed`."
+        "limit), `source_budget` (its source's limit), `source_failed`, `binary_content` (an "
+        "MCP server's binary content: never sent as text, reported with 0 tokens after the "
+        "blocks)."
     )
     tokens: int = Field(description="Tokens as sent: full, projected, or 0 when omitted.")
     full_tokens: int = Field(description="Tokens of the full text in the data message.")
@@ -150,14 +152,17 @@ class SourceReport(Frozen):
 
     source: str = Field(description="The source: the plugin it replaces.")
     kind: SourceKind = Field(
-        description="`webhook` (a contributor), `inline` (a contribution) or `whiteboard`."
+        description="`webhook` (a contributor of the webhook protocol), `mcp` (an MCP server), "
+        "`inline` (a contribution) or `whiteboard`."
     )
     status: SourceStatus = Field(
         description="`ok` (a contributor answered), `inline`; or a failure left out under "
         "`omit`: `timeout`, `error`, `invalid`, `too_large`, `skipped_deadline`, `rejected`."
     )
     duration_ms: float = Field(description="How long the source took, in milliseconds.")
-    block_count: int = Field(description="How many blocks it gave.")
+    block_count: int = Field(
+        description="How many blocks it gave (not counting items reported as `binary_content`)."
+    )
 
 
 CachePart = Literal["model", "tools", "instructions", "layout", "history"]

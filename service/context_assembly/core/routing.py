@@ -2,7 +2,7 @@
 
 Routing runs after the sources are materialised (the protected closure is part of the fit) and
 before selection. For each candidate, in the request's preference order, the need is measured
-exactly as :func:`~context_assembly.core.assemble.assemble` measures it before selecting::
+exactly as :func:`~context_assembly.core.assemble.assemble_frame` measures it before selecting::
 
     needed = fixed (instructions, legacy data, date, tools, history, input; framing included)
            + response_reserve + reasoning_reserve_tokens

@@ -59,6 +59,9 @@ Reason = Literal[
     "budget",
     "source_budget",
     "source_failed",
+    # Not a decision of select(): an item a source offered that is no block (an MCP server's
+    # binary content), reported by assemble_frame() with 0 tokens.
+    "binary_content",
 ]
 
 DATA_OPEN = '{"context_data":['
@@ -157,6 +160,7 @@ class _Plan:
         blocks = [node.block for node in nodes]
         # Counters with a block cache (tokens/counter.py) cost all blocks in one call, one cache
         # lookup each; others count the serialised pieces. Pieces are built only when rendered.
+        # ``count_blocks(blocks)[i]`` is exactly ``_count_block(count, blocks[i])``.
         count_blocks = getattr(counter, "count_blocks", None)
         counts: list[tuple[int, int]] = (
             count_blocks(blocks)
@@ -265,14 +269,31 @@ def _protected_closure(
 
 
 class _Run:
-    """Mutable state of one selection run over a :class:`_Plan`."""
+    """Mutable state of one selection run over a :class:`_Plan`, and the one budget rule
+    (:meth:`delta` prices a choice, :meth:`verdict` admits it or says why not)."""
 
-    __slots__ = ("any_on", "plan", "reason", "src_on", "src_used", "state", "used")
+    __slots__ = (
+        "any_on",
+        "data_limit",
+        "limits",
+        "order",
+        "plan",
+        "reason",
+        "src_on",
+        "src_used",
+        "state",
+        "used",
+    )
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, limits: Sequence[int] = (), data_limit: int = 0) -> None:
+        """``limits``: each source's limit by source index (-1: none). ``limits`` and
+        ``data_limit`` matter to choosing only: :func:`protected_demand` only prices."""
         self.plan = plan
+        self.limits = limits
+        self.data_limit = data_limit
         self.state = bytearray(len(plan.qids))
         self.reason: list[Reason] = ["budget"] * len(plan.qids)
+        self.order: list[int] = []  # the blocks that entered, in selection order
         self.used = 0
         self.src_used = [0] * len(plan.source_names)
         self.src_on = [False] * len(plan.source_names)
@@ -300,7 +321,12 @@ class _Run:
     def delta(
         self, needed: Sequence[int], i: int | None, projected: bool
     ) -> tuple[int, dict[int, int]]:
-        """Extra global and per-source tokens of adding ``needed`` (full) and block ``i``."""
+        """Extra global and per-source tokens of adding ``needed`` (full) and block ``i``.
+
+        A source entering for the first time adds its wrapper, to the total and to its own
+        amount (a source limit counts the source's segment, wrapper included); the first block
+        of all adds the data message's envelope, to the total only.
+        """
         plan, state = self.plan, self.state
         per: dict[int, int] = {}
         for x in needed:
@@ -319,7 +345,35 @@ class _Run:
             total += plan.message
         return total, per
 
+    def verdict(self, total: int, per: Mapping[int, int]) -> Reason | None:
+        """The budget rule for a choice priced by :meth:`delta`: ``None`` when it fits the data
+        limit and every source's limit; else ``budget`` (over the data limit) or
+        ``source_budget`` (within it, over a source's limit)."""
+        if self.used + total > self.data_limit:
+            return "budget"
+        limits, src_used = self.limits, self.src_used
+        if any(0 <= limits[s] < src_used[s] + extra for s, extra in per.items()):
+            return "source_budget"
+        return None
+
+    def out_of_room(self, i: int) -> bool:
+        """A lower bound of the rule, checked before the closure walk: block ``i``'s smaller
+        view alone is over the room the data limit leaves, so every choice with it is
+        ``budget`` (:meth:`delta` of any choice holds at least that view: what dependencies
+        add is never negative, since a projected block's projection is its smaller view, or it
+        would have entered in full). Once the data message is full, this decides the remaining
+        blocks without walking their closures.
+
+        The smaller of the two, not the projection: a projection's piece can count more than
+        the full text's (it carries ``"projected":true``), and the full text is tried first.
+        """
+        plan = self.plan
+        full, proj = plan.full[i], plan.proj[i]
+        smallest = full if proj < 0 or full < proj else proj
+        return self.used + smallest > self.data_limit
+
     def apply(self, total: int, per: Mapping[int, int]) -> None:
+        """Charge a choice priced by :meth:`delta`."""
         self.used += total
         for s, extra in per.items():
             self.src_used[s] += extra
@@ -393,6 +447,12 @@ def select(
 ) -> Selection:
     """Decide every block and render the data message; see the module docstring for the promise.
 
+    Four steps: the blocks that cannot enter are found (``_Plan.unavailable``); the protected
+    closure enters in full or the call raises (:func:`_admit_protected`); the other blocks are
+    taken greedily by rank under the budget rule (:func:`_choose_optional`); the data message
+    is rendered and counted exactly, the last choices undone while it is over
+    (:func:`_confirm`).
+
     Args:
         graph: validated blocks (``blocks.build_graph``), keyed by qualified id.
         sources: source names in request order (the data message keeps this order).
@@ -414,123 +474,126 @@ def select(
     if plan is None:
         plan = _Plan(graph, counter, profile, sources)
     unavailable = plan.unavailable(graph, now, failed_sources)
-    protected_qids = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
-    index = plan.index
+    protected = _protected_closure(graph, plan.protected_roots, unavailable, failed_sources)
     limits = [source_limits.get(name, -1) for name in plan.source_names]
-    run = _Run(plan)
-    state, reason = run.state, run.reason
-    protected = [index[q] for q in protected_qids]
+    run = _Run(plan, limits, data_limit)
+    _admit_protected(run, [plan.index[qid] for qid in protected], max_data_tokens)
+    choices = _choose_optional(run, unavailable)
+    return _confirm(run, choices, counter, profile, source_limits)
+
+
+def _admit_protected(run: _Run, protected: Sequence[int], max_data_tokens: int) -> None:
+    """The protected closure (block indexes, rank order) enters first and in full, or the call
+    raises: ``AssemblyOverflowError`` when it is over ``max_data_tokens`` or a source's limit,
+    ``ContextOverflowError`` when it is within those but over the data limit (the window left)."""
+    if not protected:
+        return
+    plan = run.plan
     roots = plan.protected_roots
+    total, per = run.delta(protected, None, False)
+    over = sorted(plan.source_names[s] for s, extra in per.items() if 0 <= run.limits[s] < extra)
+    if total > max_data_tokens or over:
+        where = (
+            f"source limit of {', '.join(over)}" if over else f"max_data_tokens {max_data_tokens}"
+        )
+        raise AssemblyOverflowError(
+            f"protected blocks and their dependencies need {total} tokens, over the {where}",
+            block_ids=roots,
+            needed_tokens=total,
+            sources=over or None,
+        )
+    if total > run.data_limit:
+        raise ContextOverflowError(
+            f"protected blocks need {total} data tokens but only {max(run.data_limit, 0)} remain "
+            "in the context window",
+            block_ids=roots,
+            needed_tokens=total,
+            data_limit_tokens=run.data_limit,
+        )
+    run.apply(total, per)
+    for i in protected:
+        run.state[i] = _FULL
+        run.reason[i] = "protected" if plan.nodes[i].block.protected else "dependency"
+    run.order.extend(protected)
 
-    if protected:
-        total, per = run.delta(protected, None, False)
-        over = sorted(plan.source_names[s] for s, extra in per.items() if 0 <= limits[s] < extra)
-        if total > max_data_tokens or over:
-            where = (
-                f"source limit of {', '.join(over)}"
-                if over
-                else f"max_data_tokens {max_data_tokens}"
-            )
-            raise AssemblyOverflowError(
-                f"protected blocks and their dependencies need {total} tokens, over the {where}",
-                block_ids=roots,
-                needed_tokens=total,
-                sources=over or None,
-            )
-        if total > data_limit:
-            raise ContextOverflowError(
-                f"protected blocks need {total} data tokens but only {max(data_limit, 0)} remain "
-                "in the context window",
-                block_ids=roots,
-                needed_tokens=total,
-                data_limit_tokens=data_limit,
-            )
-        run.apply(total, per)
-        for i in protected:
-            state[i] = _FULL
-            reason[i] = "protected" if plan.nodes[i].block.protected else "dependency"
 
-    order: list[int] = list(protected)
+def _choose_optional(run: _Run, unavailable: Mapping[str, Reason]) -> list[_Choice]:
+    """Every block still open, in rank order: omitted when it cannot enter (``unavailable``) or
+    when even its smaller view is over the room left (:meth:`_Run.out_of_room`); else taken
+    with its dependencies in the first view that fits (:func:`_take`), or omitted. Returns the
+    choices, in the order made, for :func:`_confirm` to undo from the last."""
+    plan, state, reason = run.plan, run.state, run.reason
     choices: list[_Choice] = []
-    full, proj, src, wrapper, message = plan.full, plan.proj, plan.src, plan.wrapper, plan.message
     for i, qid in enumerate(plan.qids):
         if state[i] != _OPEN:
             continue
         why = unavailable.get(qid)
+        if why is None and run.out_of_room(i):
+            why = "budget"
         if why is not None:
-            state[i] = _OMIT
-            reason[i] = why
+            state[i], reason[i] = _OMIT, why
             continue
-        # Cheap exact reject: a choice costs at least the block's smallest view, so when even that
-        # is over the global room both views fail globally (reason "budget"), whatever the
-        # dependencies would add. Once the window is full this skips the closure walk entirely.
-        smallest = proj[i] if proj[i] >= 0 else full[i]
-        if run.used + smallest > data_limit:
-            state[i] = _OMIT
-            reason[i] = "budget"
-            continue
-        needed = run.needed(i)
-        if not needed:
-            # Fast path, the common case: nothing to add but the block itself.
-            # As ``delta``: the source's own wrapper counts against its limit, the data
-            # message's envelope only against the data limit.
-            s = src[i]
-            src_base = 0 if run.src_on[s] else wrapper[s]
-            base = src_base + (0 if run.any_on else message)
-            limit = limits[s]
-            admitted = False
-            for view, cost in ((_FULL, full[i]), (_PROJ, proj[i])):
-                if cost < 0:
-                    break
-                extra = base + cost
-                global_ok = run.used + extra <= data_limit
-                source_ok = limit < 0 or run.src_used[s] + src_base + cost <= limit
-                if global_ok and source_ok:
-                    run.apply(extra, {s: src_base + cost})
-                    state[i] = view
-                    reason[i] = "fits" if view == _FULL else "projection_fits"
-                    choices.append(_Choice(i, [], [], {}))
-                    order.append(i)
-                    admitted = True
-                    break
-                reason[i] = "source_budget" if global_ok else "budget"
-            if not admitted:
-                state[i] = _OMIT
-            continue
-        admitted = False
-        for view in (_FULL, _PROJ):
-            if view == _PROJ and proj[i] < 0:
-                break
-            total, per = run.delta(needed, i, view == _PROJ)
-            global_ok = run.used + total <= data_limit
-            sources_ok = all(
-                limits[s] < 0 or run.src_used[s] + extra <= limits[s] for s, extra in per.items()
-            )
-            if global_ok and sources_ok:
-                choice = _Choice(i, [], [], {})
-                for dep in needed:
-                    if state[dep] != _OPEN:
-                        choice.prior[dep] = (state[dep], reason[dep])
-                    if state[dep] == _PROJ:
-                        choice.upgraded.append(dep)
-                    else:
-                        choice.added.append(dep)
-                    state[dep] = _FULL
-                    reason[dep] = "dependency"
-                state[i] = view
-                reason[i] = "fits" if view == _FULL else "projection_fits"
-                run.apply(total, per)
-                choices.append(choice)
-                order.extend(choice.added)
-                order.append(i)
-                admitted = True
-                break
-            reason[i] = "source_budget" if global_ok and not sources_ok else "budget"
-        if not admitted:
-            state[i] = _OMIT
+        choice = _take(run, i)
+        if choice is None:
+            state[i] = _OMIT  # with the reason of the last view tried
+        else:
+            choices.append(choice)
+    return choices
 
+
+def _take(run: _Run, i: int) -> _Choice | None:
+    """Block ``i`` with the not-yet-full part of its closure (in full), in the first of its
+    views, full then projection, that the budget rule admits; ``None`` when neither does, the
+    reason of the last view tried left in ``run.reason[i]``."""
+    needed = run.needed(i)
+    for view in (_FULL, _PROJ):
+        if view == _PROJ and run.plan.proj[i] < 0:
+            break
+        total, per = run.delta(needed, i, view == _PROJ)
+        why = run.verdict(total, per)
+        if why is None:
+            return _enter(run, i, view, needed, total, per)
+        run.reason[i] = why
+    return None
+
+
+def _enter(
+    run: _Run, i: int, view: int, needed: Sequence[int], total: int, per: Mapping[int, int]
+) -> _Choice:
+    """Block ``i`` enters in ``view`` with ``needed`` in full; the choice records what it
+    changed, so that :func:`_undo` can revert it."""
+    state, reason = run.state, run.reason
+    choice = _Choice(i, [], [], {})
+    for dep in needed:
+        if state[dep] != _OPEN:
+            choice.prior[dep] = (state[dep], reason[dep])
+        if state[dep] == _PROJ:
+            choice.upgraded.append(dep)
+        else:
+            choice.added.append(dep)
+        state[dep] = _FULL
+        reason[dep] = "dependency"
+    state[i] = view
+    reason[i] = "fits" if view == _FULL else "projection_fits"
+    run.apply(total, per)
+    run.order.extend(choice.added)
+    run.order.append(i)
+    return choice
+
+
+def _confirm(
+    run: _Run,
+    choices: list[_Choice],
+    counter: TokenCounter,
+    profile: ModelProfile,
+    source_limits: Mapping[str, int],
+) -> Selection:
+    """The data message rendered and counted exactly (the estimates chose; this count decides):
+    while it, or a source's segment, is over its limit, the last choice is undone and the
+    message counted again. Raises when the protected data alone is over."""
+    plan, state = run.plan, run.state
     content, data_tokens, source_tokens = _render(
-        plan, order, state, counter, profile, source_limits
+        plan, run.order, state, counter, profile, source_limits
     )
     trimmed = 0
     while True:
@@ -539,30 +602,29 @@ def select(
             for name, tokens in source_tokens.items()
             if name in source_limits and tokens > source_limits[name]
         ]
-        if data_tokens <= data_limit and not over_sources:
+        if data_tokens <= run.data_limit and not over_sources:
             break
         if not choices:
             raise AssemblyOverflowError(
                 f"protected data counts {data_tokens} tokens exactly, over the data limit "
-                f"{data_limit} or a source limit",
-                block_ids=roots,
+                f"{run.data_limit} or a source limit",
+                block_ids=plan.protected_roots,
                 needed_tokens=data_tokens,
             )
         trimmed += 1
         trim_reason: Reason = (
-            "source_budget" if over_sources and data_tokens <= data_limit else "budget"
+            "source_budget" if over_sources and data_tokens <= run.data_limit else "budget"
         )
-        _undo(choices.pop(), run, order, trim_reason)
+        _undo(choices.pop(), run, trim_reason)
         content, data_tokens, source_tokens = _render(
-            plan, order, state, counter, profile, source_limits
+            plan, run.order, state, counter, profile, source_limits
         )
-
+    full, proj, reason = plan.full, plan.proj, run.reason
     decisions = {
         qid: _decision(state[i], reason[i], full[i], proj[i]) for i, qid in enumerate(plan.qids)
     }
-    return Selection(
-        decisions, tuple(plan.qids[i] for i in order), content, data_tokens, source_tokens, trimmed
-    )
+    order = tuple(plan.qids[i] for i in run.order)
+    return Selection(decisions, order, content, data_tokens, source_tokens, trimmed)
 
 
 def _decision(view: int, why: Reason, full: int, proj: int) -> Decision:
@@ -571,9 +633,9 @@ def _decision(view: int, why: Reason, full: int, proj: int) -> Decision:
     return Decision(_STATUS[view], why, tokens, full, proj if proj >= 0 else None)
 
 
-def _undo(choice: _Choice, run: _Run, order: list[int], why: Reason) -> None:
+def _undo(choice: _Choice, run: _Run, why: Reason) -> None:
     """Revert one choice: its block is omitted, its dependencies go back to what they were."""
-    state, reason = run.state, run.reason
+    state, reason, order = run.state, run.reason, run.order
     state[choice.block] = _OMIT
     reason[choice.block] = why
     order.remove(choice.block)

@@ -19,10 +19,14 @@ from context_assembly.errors import InvalidError
 
 PROTECTED_SOURCES = frozenset({"task_state", "evidence", "persistent_instructions"})
 
-SourceKind = Literal["webhook", "inline", "whiteboard"]
+# ``webhook``: a contributor the service calls. Planned so for every contributor of the request;
+# the caller that calls it reports an MCP server as ``mcp`` (``SourceInput.setup``): a registered
+# endpoint's kind is in the configuration, which the core does not see.
+SourceKind = Literal["webhook", "mcp", "inline", "whiteboard"]
 SourceStatus = Literal[
     "ok", "inline", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"
 ]
+SkipReason = Literal["binary_content"]
 FAILED_STATUSES = frozenset(
     {"timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"}
 )
@@ -51,6 +55,9 @@ class SourceInput:
     duration_ms: float
     revision: Revision | None
     blocks: tuple[Block, ...]
+    # Items the source offered that are no blocks, as (id, reason): an MCP server's binary
+    # contents (``binary_content``). Each is reported omitted with 0 tokens, never sent.
+    skipped: tuple[tuple[str, SkipReason], ...] = ()
 
     @property
     def failed(self) -> bool:

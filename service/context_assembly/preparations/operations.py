@@ -25,13 +25,13 @@ from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache
 from context_assembly.core.assemble import Assembly
-from context_assembly.core.fingerprint import text_hash
+from context_assembly.core.fingerprint import message_hashes, text_hash
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
 from context_assembly.engine import ModelContext, cache_minimum, local_time, rfc3339, to_response
 from context_assembly.errors import InvalidError, StoreUnavailableError
-from context_assembly.lifecycle import (
+from context_assembly.lifecycle_models import (
     AccountingReport,
     BudgetResponse,
     PreparationView,
@@ -44,14 +44,13 @@ from context_assembly.lifecycle import (
     ValidateRequest,
     ValidateResponse,
 )
-from context_assembly.offload import assemble
+from context_assembly.offload import run_assembly_async
 from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
     REPAIR_ESTIMATE,
     Prepared,
-    message_hashes,
     new_preparation_id,
     not_found,
     record_data,
@@ -132,8 +131,11 @@ class Preparations:
     # ------------------------------------------------------------------ prepare, budget
 
     @tracing.traced("prepare")
-    async def prepare(self, tenant: str, request: PrepareRequest) -> Prepared:
-        """Run contributors, select, lay out, store the record, answer the frame and manifest."""
+    async def prepare(
+        self, tenant: str, request: PrepareRequest, *, large_body: bool = False
+    ) -> Prepared:
+        """Run contributors, select, lay out, store the record, answer the frame and manifest.
+        ``large_body``: the request's body was large (``offload``: assembled off the loop)."""
         setups = plan_sources(request)
         now = self.clock.now()
         local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
@@ -146,10 +148,11 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
             attempt=1,
         )
-        assembly, ctx = await assemble(
+        assembly, ctx = await run_assembly_async(
             request,
             setups,
             collected.inputs,
+            large_body=large_body,
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
@@ -218,7 +221,9 @@ class Preparations:
             history_digests=history_digests,
         )
 
-    async def budget(self, tenant: str, request: PrepareRequest) -> BudgetResponse:
+    async def budget(
+        self, tenant: str, request: PrepareRequest, *, large_body: bool = False
+    ) -> BudgetResponse:
         """The budget of what is already materialisable: no contributor is called. The request
         is refused as prepare would refuse it before calling anyone: a registered endpoint that
         this tenant does not have is a 422 here too. An inline URL is not looked up (that
@@ -226,10 +231,11 @@ class Preparations:
         setups = plan_sources(request)
         self.contributors.split(tenant, request.contributors)  # raises as prepare would
         inputs = materialised_inputs(request, setups)
-        assembly, ctx = await assemble(
+        assembly, ctx = await run_assembly_async(
             request,
             setups,
             inputs,
+            large_body=large_body,
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
@@ -297,7 +303,9 @@ class Preparations:
     # ------------------------------------------------------------------ refresh
 
     @tracing.traced("refresh")
-    async def refresh(self, tenant: str, prep_id: str, request: PrepareRequest) -> Prepared:
+    async def refresh(
+        self, tenant: str, prep_id: str, request: PrepareRequest, *, large_body: bool = False
+    ) -> Prepared:
         """One more contribution + selection round after host hooks edited history/input."""
         record = await self._record(tenant, prep_id)
         claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
@@ -324,10 +332,11 @@ class Preparations:
             attempt=2,
             model=data["model"],
         )
-        assembly, ctx = await assemble(
+        assembly, ctx = await run_assembly_async(
             request,
             setups,
             collected.inputs,
+            large_body=large_body,
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,

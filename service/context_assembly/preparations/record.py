@@ -2,10 +2,10 @@
 
 A record (docs/contract.md, "Storage") holds the manifest, budget and hashes of the response, the scope, the model,
 hashes of the instructions, of each original history message and of the request's host-side
-parts, the revisions of webhook contributors and how to reach each (source and endpoint name or
-inline URL, never its instructions), the expiry of entered blocks, the contributor time used, the
-names of the plugins whose legacy view was placed, and the accounting. Never block bodies,
-instructions, history or input.
+parts, the revisions of called contributors and how to reach each (source and endpoint name or
+inline URL, with an inline MCP server's kind, resources and tool; never its instructions), the
+expiry of entered blocks, the contributor time used, the names of the plugins whose legacy view
+was placed, and the accounting. Never block bodies, instructions, history or input.
 
 Refresh needs the host-side parts of the request to lay the frame out again, and the record does
 not keep them; so the refresh body is the whole edited prepare request, and the record keeps the
@@ -32,8 +32,8 @@ import orjson
 from pydantic import TypeAdapter
 
 from context_assembly.core.assemble import Assembly
-from context_assembly.core.fingerprint import digest
-from context_assembly.core.request import Block, ContributorRef, Message, PrepareRequest
+from context_assembly.core.fingerprint import digest, message_hashes
+from context_assembly.core.request import Block, ContributorRef, PrepareRequest
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 from context_assembly.engine import ModelContext
 from context_assembly.errors import NotFoundError
@@ -75,9 +75,11 @@ PACKED_ROW_FIELDS: Final = (
     "protected",
     "dependencies",
 )
-# The record's contributor list, dumped in one call.
+# The record's contributor list, dumped in one call: how to reach each one again for its
+# revision (an inline MCP server's kind and what it reads; not its tool's arguments, which
+# validate does not send, nor instructions).
 CONTRIBUTOR_REFS: Final = TypeAdapter(list[ContributorRef])
-_REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url"}}
+_REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url", "kind", "resources", "tool"}}
 
 
 def new_preparation_id() -> str:
@@ -181,10 +183,6 @@ def native(request: PrepareRequest) -> dict[str, Any] | None:
     """The native history descriptor as the record keeps it."""
     described = request.native_history
     return None if described is None else described.model_dump(mode="json")
-
-
-def message_hashes(messages: Sequence[Message]) -> list[str]:
-    return [digest(m.model_dump(mode="json", exclude_none=True)) for m in messages]
 
 
 def legacy_views(request: PrepareRequest, response: PrepareResponse) -> list[str]:

@@ -16,7 +16,7 @@ from context_assembly.core.render import output_limit, render_frame
 from context_assembly.core.request import Message, PrepareRequest
 from context_assembly.engine import model_context
 from context_assembly.errors import ContextOverflowError
-from context_assembly.lifecycle import RepairRequest
+from context_assembly.lifecycle_models import RepairRequest
 from context_assembly.tokens.registry import ModelRegistry
 
 REPAIR_PROMPT: Final = (

@@ -16,11 +16,11 @@ from typing import Final
 
 from context_assembly.contributors.calls import ContributorTarget, query_revision
 from context_assembly.core.blocks import parse_timestamp
-from context_assembly.core.fingerprint import digest, input_hash, prefix_hash
+from context_assembly.core.fingerprint import digest, input_hash, message_hashes, prefix_hash
 from context_assembly.core.frame import Frame
 from context_assembly.core.request import ContributorRef, PrepareRequest, Revision, Scope
 from context_assembly.errors import AssemblyTimeoutError, InvalidError, StaleError, UrlRejectedError
-from context_assembly.preparations.record import message_hashes, native, same_shape
+from context_assembly.preparations.record import native, same_shape
 from context_assembly.preparations.targets import Contributors
 from context_assembly.storage import PreparationRecord
 

@@ -5,7 +5,10 @@ lists) or an inline URL, which is checked against the allowlist and the private 
 inside the deadline (``contributors/ssrf.py``). :meth:`Contributors.collect` calls them all at
 once and checks each answer against the per-source block rules as it arrives. A registered
 endpoint of ``kind = "mcp"`` is an MCP server: its target carries the tenant's endpoint (and
-session) from :class:`~context_assembly.contributors.mcp.McpEndpoints`.
+session) from :class:`~context_assembly.contributors.mcp.McpEndpoints`; an inline URL with
+``kind: "mcp"`` gets an endpoint of its own for the call, pinned to the checked addresses. The
+sources go to the core with their kind (``mcp`` for an MCP server, which the request alone does
+not say of a registered endpoint) and the items an MCP server offered that are no blocks.
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ def check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contri
     try:
         check_source_blocks(outcome.source, outcome.blocks, request.options)
     except InvalidError as err:
-        return replace(outcome, status="invalid", blocks=(), cause=f"block rules: {err.detail}")
+        return replace(
+            outcome, status="invalid", blocks=(), skipped=(), cause=f"block rules: {err.detail}"
+        )
     return outcome
 
 
@@ -79,6 +84,18 @@ def mcp_spec(conf: ContributorSettings) -> McpSpec:
         tool=conf.tool,
         tool_arguments=conf.tool_arguments or {},
         headers={name: value.get_secret_value() for name, value in conf.headers.items()},
+    )
+
+
+def inline_mcp_spec(ref: ContributorRef) -> McpSpec:
+    """What an inline ``kind: "mcp"`` contributor reads (no headers: a secret is only ever
+    named by reference, in the configuration)."""
+    assert ref.url is not None
+    return McpSpec(
+        url=ref.url,
+        resources=ref.resources if ref.resources == "listed" else tuple(ref.resources or ()),
+        tool=ref.tool,
+        tool_arguments=ref.tool_arguments or {},
     )
 
 
@@ -115,7 +132,7 @@ class Contributors:
 
     def reconfigure(self, settings: Settings) -> None:
         """Take reloaded settings (registrations, allowlist, limits) for the next calls; the MCP
-        sessions of registrations removed or changed are dropped."""
+        sessions of registrations removed or changed are dropped and ended on their servers."""
         self.settings = settings
         self.url_policy = UrlPolicy(
             allow=settings.inline_urls.entries(), allow_private=settings.inline_urls.allow_private
@@ -128,7 +145,8 @@ class Contributors:
         self.mcp.retain(self.mcp_specs)
 
     async def aclose(self) -> None:
-        """Drop the MCP sessions (at shutdown, before the contributor client closes)."""
+        """End the MCP sessions on their servers (at shutdown, before the contributor client
+        closes)."""
         await self.mcp.aclose()
 
     def registered(self, tenant: str, index: int, ref: ContributorRef) -> ContributorTarget:
@@ -184,6 +202,7 @@ class Contributors:
             failure_policy=ref.failure_policy or "fail",
             kind="inline",
             checked=checked,
+            mcp=self.mcp.inline(inline_mcp_spec(ref), checked) if ref.kind == "mcp" else None,
         )
 
     async def _call_inline(
@@ -272,6 +291,10 @@ class Contributors:
             raise_for_failures([o for o in outcomes if o.source in targeted], targets)
         used_ms = (self.clock.monotonic() - start) * 1000.0
         by_source = {o.source: o for o in outcomes}
+        # An inline MCP URL refused before its call has no target, but its ref says the kind.
+        mcp_sources = {t.source for t in targets if t.mcp is not None} | {
+            ref.source for ref in inline if ref.kind == "mcp"
+        }
         inputs: list[SourceInput] = []
         materialised = {i.setup.source: i for i in materialised_inputs(request, setups)}
         for setup in setups:
@@ -279,11 +302,12 @@ class Contributors:
                 outcome = by_source[setup.source]
                 inputs.append(
                     SourceInput(
-                        setup,
+                        replace(setup, kind="mcp") if setup.source in mcp_sources else setup,
                         outcome.status,
                         outcome.duration_ms,
                         outcome.revision,
                         outcome.blocks,
+                        tuple((item.id, item.reason) for item in outcome.skipped),
                     )
                 )
             else:

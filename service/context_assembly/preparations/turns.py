@@ -52,7 +52,7 @@ from context_assembly.core.fingerprint import digest
 from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Scope
 from context_assembly.core.result import CacheReport, FirstChange
 from context_assembly.engine import rfc3339
-from context_assembly.lifecycle import CacheMiss, ExpectedReason, Timeline, TimelineTurn
+from context_assembly.lifecycle_models import CacheMiss, ExpectedReason, Timeline, TimelineTurn
 from context_assembly.storage import PreparationRecord, Store
 
 CACHE: Final = "cache"

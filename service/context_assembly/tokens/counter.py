@@ -195,7 +195,8 @@ class CachedCounter:
 
     def count_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]:
         """Each block's piece counts (full, projected or -1), cached per block in one entry; the
-        pieces are serialised and counted only on a miss (``core.counting.BlockCounter``).
+        pieces are serialised and counted only on a miss. Exactly what counting each block's
+        pieces gives (``core.select``, which calls it when a counter has it, relies on that).
 
         The block id and the text length narrow the key: two texts must share both and a 64-bit
         keyed SipHash to collide (per pair about 2^-64), so one hash of each text suffices here.

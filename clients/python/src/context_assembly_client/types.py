@@ -194,7 +194,8 @@ class Block(RequestModel):
 
 
 class ContributorRef(RequestModel):
-    """A webhook contributor for a source: a registered ``endpoint`` name or an inline ``url``."""
+    """A contributor for a source: a registered ``endpoint`` name or an inline ``url``; with
+    ``kind="mcp"``, an inline MCP server read with ``resources`` and ``tool``."""
 
     source: str
     endpoint: str | None = None
@@ -202,6 +203,10 @@ class ContributorRef(RequestModel):
     instructions: str | None = None
     failure_policy: Literal["fail", "omit"] | None = None
     recovery_tool: str | None = None
+    kind: Literal["webhook", "mcp"] = "webhook"
+    resources: list[str] | Literal["listed"] | None = None
+    tool: str | None = None
+    tool_arguments: dict[str, Any] | None = None
 
 
 class Contribution(RequestModel):
@@ -393,6 +398,7 @@ class BlockReport(ResponseModel):
         "budget",
         "source_budget",
         "source_failed",
+        "binary_content",
     ]
     tokens: int
     full_tokens: int
@@ -406,7 +412,7 @@ class SourceReport(ResponseModel):
     """How one source fared: its kind, status, time taken and number of blocks."""
 
     source: str
-    kind: Literal["webhook", "inline", "whiteboard"]
+    kind: Literal["webhook", "mcp", "inline", "whiteboard"]
     status: Literal[
         "ok", "inline", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"
     ]

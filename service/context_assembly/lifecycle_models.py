@@ -1,4 +1,7 @@
-"""Wire models of the lifecycle calls (docs/contract.md, "Lifecycle"): validate, refresh, repair, usage, and reads."""
+"""The request bodies and answers of the lifecycle calls (docs/contract.md, "Lifecycle"):
+validate, repair, usage, budget and the reads (a preparation, its timeline). Models only: the
+calls themselves are ``preparations/operations.py``; prepare's and refresh's own body and
+answer are ``core/request.py`` and ``core/result.py``."""
 
 from __future__ import annotations
 
