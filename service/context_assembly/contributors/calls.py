@@ -509,8 +509,16 @@ async def contribute_all(
             task.cancel()
         if not every.done():
             every.cancel()
+            # Its calls are still being cancelled: it settles later, with their CancelledError as
+            # its exception. Retrieve it then, so that asyncio does not log it as never retrieved.
+            every.add_done_callback(_retrieve)
         elif not every.cancelled():
             every.exception()  # retrieved: raised above, or dropped with the fan-out
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _ends_fan_out(outcome: ContributorOutcome, target: ContributorTarget) -> bool:
