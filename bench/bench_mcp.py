@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +38,7 @@ import aiohttp
 import orjson
 import uvicorn
 import uvloop
+from bench_service import free_port, start, stop
 from figures import report
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -121,37 +120,6 @@ async def webhook_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start(cmd: list[str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # bounded polling for the bind
-        if proc.poll() is not None:
-            raise RuntimeError(f"{cmd[1]} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{cmd[1]} did not start")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
 
 
 def config(folder: Path, sse: int, json_: int, webhook: int) -> str:
@@ -241,11 +209,11 @@ def main() -> None:
             ports = {source: free_port() for source in SOURCES}
             for source, answers in (("mcp_sse", "sse"), ("mcp_json", "json")):
                 cmd = [sys.executable, "bench_mcp.py", "serve-mcp", str(ports[source]), answers]
-                procs.append(start(cmd, ports[source]))
+                procs.append(start(cmd, ports[source], "/"))
             cmd = [str(BIN / "uvicorn"), "bench_mcp:webhook_app", "--port", str(ports["webhook"]),
                    "--log-level", "warning", "--no-access-log",
                    "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-            procs.append(start(cmd, ports["webhook"]))
+            procs.append(start(cmd, ports["webhook"], "/"))
             folder = Path(tmp)
             (folder / "service.toml").write_text(
                 config(folder, ports["mcp_sse"], ports["mcp_json"], ports["webhook"])
@@ -253,7 +221,7 @@ def main() -> None:
             port = free_port()
             cmd = [str(BIN / "context-assembly"), "serve", "--port", str(port),
                    "--config", str(folder / "service.toml")]  # fmt: skip
-            procs.append(start(cmd, port))
+            procs.append(start(cmd, port, "/"))
             sse_url = f"http://127.0.0.1:{ports['mcp_sse']}/mcp"
             latencies = uvloop.run(measure(f"http://127.0.0.1:{port}", sse_url))
         finally:

@@ -95,8 +95,10 @@ def start(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # bounded polling for the bind
+        if proc.poll() is not None:
+            raise RuntimeError(f"{' '.join(cmd[:2])} exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return proc
