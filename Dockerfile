@@ -7,9 +7,11 @@
 #     -e CONTEXT_ASSEMBLY_AUTH__KEYS='[{"tenant":"acme","key_sha256":"<sha256 hex of the key>"}]' \
 #     context-assembly:0.1.0
 #
-# Two stages: the builder installs the project and its dependencies into /opt/venv (the only step
-# that downloads anything, at build time); the runtime stage copies that venv onto the same slim
-# base and runs as a fixed non-root uid. The tokenizer rank files are package data
+# Two stages: the builder installs the project, its dependencies and its `otel` extra into
+# /opt/venv (the only step that downloads anything, at build time); the runtime stage copies that
+# venv onto the same slim base and runs as a fixed non-root uid. Traces stay off until the
+# standard OTEL_* variables ask for them (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER, ...:
+# docs/operations.md, "Traces"). The tokenizer rank files are package data
 # ([tool.setuptools.package-data] in pyproject.toml: tokens/data/*.tiktoken, SHA256SUMS, *.json),
 # so `pip install .` puts them inside the venv; the builder checks that they load, so the image
 # never fetches a tokenizer at run time.
@@ -31,13 +33,18 @@ WORKDIR /build
 # the package sources with their data files.
 COPY pyproject.toml README.md LICENSE ./
 COPY service ./service
-RUN pip install . \
+# The project itself with its extra, pinned by pyproject.toml's ranges (DL3013 asks for a pin on
+# registry packages named here, and counts `.[otel]` as one).
+# hadolint ignore=DL3013
+RUN pip install .[otel] \
  && python -m compileall -q /opt/venv/lib
 
 # Fail the build if the shipped tokenizer files did not make it into the installed package, or if
-# they do not load without a network (tiktoken would otherwise try to download them).
+# they do not load without a network (tiktoken would otherwise try to download them), or if the
+# tracing packages of the `otel` extra are missing.
 RUN python -c "import importlib.resources as r; d = r.files('context_assembly') / 'tokens' / 'data'; missing = [n for n in ('o200k_base.tiktoken', 'cl100k_base.tiktoken', 'SHA256SUMS', 'models.json') if not (d / n).is_file()]; assert not missing, missing" \
- && python -c "from context_assembly.tokens.counter import get_counter; [get_counter(n).count('warm up') for n in ('o200k_base', 'cl100k_base')]"
+ && python -c "from context_assembly.tokens.counter import get_counter; [get_counter(n).count('warm up') for n in ('o200k_base', 'cl100k_base')]" \
+ && python -c "import opentelemetry.sdk.trace, opentelemetry.exporter.otlp.proto.http.trace_exporter, opentelemetry.instrumentation.aiohttp_client"
 
 # --------------------------------------------------------------------------- runtime
 FROM ${PYTHON_IMAGE} AS runtime

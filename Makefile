@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install.stamp
 
-.PHONY: install install-runtime serve test test-deep redis node-modules lint typecheck bench examples openapi check clean
+.PHONY: install install-runtime serve test test-deep redis node-modules lint typecheck bench examples openapi client-types check clean
 
 RUNTIME_STAMP := $(VENV)/.runtime.stamp
 
@@ -59,8 +59,16 @@ bench: install
 examples: install node-modules
 	$(BIN)/python examples/run_all.py
 
-openapi: install
+# The document, then both clients' types made from it (tests fail when either drifts).
+openapi: install node-modules
 	$(BIN)/python -m context_assembly.api.openapi_export openapi/openapi.json
+	$(MAKE) --no-print-directory client-types
+	cd clients/typescript && npm run gen-types --silent
+
+# The Python client's models from the committed document, with the options of
+# [tool.datamodel-codegen] in clients/python/pyproject.toml.
+client-types: install
+	cd clients/python && $(CURDIR)/$(BIN)/datamodel-codegen
 
 check: lint typecheck test
 

@@ -46,7 +46,8 @@ STAGES = (
     ("context_assembly.offload", "", "run_assembly"),
     ("context_assembly.preparations.operations", "", "to_response"),
     ("context_assembly.preparations.operations", "Prepared", "of"),
-    ("context_assembly.preparations.operations", "", "record_data"),
+    ("context_assembly.preparations.operations", "", "record_of"),
+    ("context_assembly.preparations.record", "StoredPreparation", "dump"),
     ("context_assembly.storage.sqlite", "", "_execute"),
     ("context_assembly.metrics", "Metrics", "observe_preparation"),
 )

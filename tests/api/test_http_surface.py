@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_assembly import server
-from context_assembly.api import breakdown
+from context_assembly.api import pages
 from context_assembly.api.app import create_app
 from context_assembly.api.openapi_export import render
 from context_assembly.config import load_settings
@@ -468,7 +468,8 @@ def test_breakdown_shows_hostile_names_escaped_on_their_own_lines(make_client: A
 
 @given(st.text())
 def test_a_shown_name_is_printable_and_a_printable_one_is_itself(name: str) -> None:
-    shown = breakdown.shown(name)
+    """A name as the pages show it is printable, and a printable name is shown unchanged."""
+    shown = pages.shown(name)
     assert shown.isprintable()
     assert (shown == name) == name.isprintable()
 

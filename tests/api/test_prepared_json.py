@@ -18,7 +18,7 @@ from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.engine import run_assembly, to_response
 from context_assembly.preparations import Prepared
-from context_assembly.preparations.record import stored_response
+from context_assembly.preparations.record import StoredResponse
 from context_assembly.tokens.registry import ModelRegistry
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases"
@@ -50,7 +50,7 @@ def test_the_answer_and_the_record_are_the_models_json(case: dict[str, Any]) -> 
     del expected["frame"]
     stored = orjson.loads(orjson.dumps(prepared.stored))  # as a store writes and reads it
     assert stored == expected
-    assert stored_response(stored) == expected
+    assert StoredResponse.model_validate(stored).model_dump(mode="json") == expected
     # The decisions the metrics count are those of the answer.
     assert sorted(prepared.decisions) == sorted(
         Counter((b["status"], b["reason"]) for b in expected["selection"]["blocks"]).items()

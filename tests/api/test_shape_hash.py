@@ -1,4 +1,4 @@
-"""The request shape hash refresh compares (preparations/record.py): what it covers and ignores.
+"""The request shape hash refresh compares (preparations/shape.py): what it covers and ignores.
 
 It must change when anything but history, input and render changes (a refresh of such a
 request is ``prefix_changed``), must not change with those or with the order of object keys,
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_assembly.core.request import Block, Contribution, PrepareRequest
-from context_assembly.preparations.record import (
+from context_assembly.preparations.shape import (
     BLOCK_FIELDS,
     CONTRIBUTION_FIELDS,
     SHAPE_V2,

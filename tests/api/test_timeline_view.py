@@ -156,9 +156,10 @@ def test_both_kinds_of_miss_are_marked_in_json_text_and_svg(make_client: AppFact
 def test_the_chart_fills_the_width_with_axes_a_token_scale_and_turn_numbers(
     make_client: AppFactory,
 ) -> None:
-    """The chart is 100% wide; its plot has a viewBox stretched to that width; the scale's
-    labels are round multiples of one step, the top one at or above every figure; the turn
-    numbers are the JSON's; every figure of every turn is a bar of its height."""
+    """The chart with its scale's margin is as wide as the page; its plot has a viewBox
+    stretched to that width; the scale's labels are round multiples of one step, the top one
+    at or above every figure, under the unit ``tokens``; the turn numbers are the JSON's; every
+    figure of every turn is a bar of its height."""
     wall = FakeWall()
     client = make_client(wall=wall)
     ids = _six_turns(client, wall)
@@ -172,8 +173,11 @@ def test_the_chart_fills_the_width_with_axes_a_token_scale_and_turn_numbers(
     axes = [e for e in page.elements if e.tag == "line" and e.parent is chart and "axis" in e.cls()]
     assert len(axes) == 2
     labels = [page.text(e) for e in page.elements if e.tag == "text" and "scale" in e.cls()]
-    ticks = [int(label.removesuffix(" tokens")) for label in labels]
-    assert labels[-1].endswith(" tokens") and len(ticks) >= 3
+    ticks = [int(label) for label in labels]
+    assert len(ticks) >= 3
+    assert [page.text(e) for e in page.elements if e.tag == "text" and "unit" in e.cls()] == [
+        "tokens"
+    ]
     assert ticks == [ticks[0] * (i + 1) for i in range(len(ticks))]
     figures = [
         t[field]
@@ -194,7 +198,33 @@ def test_the_chart_fills_the_width_with_axes_a_token_scale_and_turn_numbers(
     table = page.by_id("turns")
     assert table.parent is not None and "scroll" in table.parent.cls() and "cards" in table.cls()
     assert all(c.attrs.get("data-label") for c in page.inside(table, "td"))
-    assert "svg.chart{display:block;width:100%;max-width:100%" in page.style()
+    assert "svg.chart{display:block;width:calc(100% - var(--scale))" in page.style()
+    assert "margin:.4rem 0 1rem var(--scale)}" in page.style()
+
+
+def test_the_scale_labels_stand_in_a_margin_left_of_the_first_bar(
+    make_client: AppFactory,
+) -> None:
+    """Every label of the token scale is right-aligned left of the axis, so the widest one's
+    right edge lies left of the first bar; the margin holds it even in digits of Arial's width
+    (0.556 em at the chart's 11 px)."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = _six_turns(client, wall)
+    _, page, _ = _timeline(client, ids[-1])
+    chart = page.by_id("chart")
+    labels = [e for e in page.elements if e.tag == "text" and e.cls() & {"scale", "unit"}]
+    assert {e.attrs["text-anchor"] for e in labels} == {"end"}
+    widest = max(labels, key=lambda e: len(page.text(e)))
+    right_edge = float(widest.attrs["x"])
+    plot = next(
+        e for e in page.elements if e.tag == "svg" and e.parent is chart and "viewbox" in e.attrs
+    )
+    first_bar = next(e for e in page.inside(plot, "rect") if "bar" in e.cls())
+    assert float(plot.attrs["x"]) == 0 and float(first_bar.attrs["x"]) > 0
+    assert right_edge < float(plot.attrs["x"])
+    margin = float(chart.attrs["style"].removeprefix("--scale:").removesuffix("px"))
+    assert margin >= -right_edge + len(page.text(widest)) * 0.556 * 11
 
 
 def test_pages_of_fifty_turns_link_to_the_older_and_newer_ones(make_client: AppFactory) -> None:

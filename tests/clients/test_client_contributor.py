@@ -86,7 +86,6 @@ class TestSignatures:
                     "text": "acct: what is due?",
                     "priority": 3,
                     "protected": False,
-                    "dependencies": [],
                 }
             ],
         }

@@ -287,3 +287,39 @@ class TestSyncRoundTrip:
             anonymous.prepare(prepare_body())
         with sync_client_for(app, api_key=API_KEY) as keyed:
             assert keyed.prepare(prepare_body()).model == "gpt-4o-mini"
+
+
+def test_a_typed_request_takes_provider_shaped_messages(client: Client) -> None:
+    """The client's request model takes history and input in a provider's own shape, as the
+    document says, and the service reads them: an OpenAI Chat tool call and its answer reach
+    the frame beside neutral messages."""
+    request = PrepareRequest(
+        model="gpt-4o-mini",
+        render="openai-chat",
+        history=[
+            {"role": "user", "content": "Look up A42."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "lookup", "arguments": '{"id": "A42"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "A42: 3 items"},
+        ],
+        input=[{"role": "user", "content": [{"type": "text", "text": "Summarise it."}]}],
+    )
+    assert request.history is not None and isinstance(request.history, list)
+    assert isinstance(request.history[0], Message)  # a neutral message stays a model
+    assert isinstance(request.history[1], dict)  # a provider's shape is sent as written
+    prep = client.prepare(request)
+    messages = prep.frame["messages"] if isinstance(prep.frame, dict) else None
+    assert messages is not None
+    calls = [m for m in messages if m.get("tool_calls")]
+    assert calls[0]["tool_calls"][0]["function"]["name"] == "lookup"
+    assert messages[-1]["content"] == [{"type": "text", "text": "Summarise it."}]
+    assert messages[-2] == {"role": "tool", "tool_call_id": "call_1", "content": "A42: 3 items"}

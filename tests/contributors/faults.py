@@ -45,10 +45,6 @@ from context_assembly.contributors import (
 
 CAP = 256 * 1024
 DEADLINE = 0.3  # seconds: the deadline of the fault scenarios
-SLACK = 2.0
-"""A generous bound past the deadline, for a test that must bound a wait; the contributor tests
-check that a call is cut (its status and cause, the closed connection), not how fast a loaded
-machine schedules it: the timing is bench_service's."""
 
 Behaviour = Literal[
     "ok",

@@ -229,13 +229,17 @@ class McpProcess:
     def lines(self) -> list[str]:
         return self.record.read_text().splitlines()
 
-    async def recorded(self, line: str, timeout: float = 10.0) -> None:
-        """Bounded polling of the record file (the server writes it from its own process),
-        yielding to the event loop so that this process's background sends go on meanwhile."""
+    async def recorded(self, line: str, count: int = 1, timeout: float = 10.0) -> None:
+        """Bounded polling of the record file until it holds ``count`` of ``line`` (the server
+        writes it from its own process; a module's server records the lines of every test, so
+        a test counts from what was there before it), yielding to the event loop so that this
+        process's background sends go on meanwhile; ``timeout`` is a hang guard."""
         deadline = time.monotonic() + timeout
-        while line not in self.lines():
+        while self.lines().count(line) < count:
             if time.monotonic() > deadline:
-                raise AssertionError(f"the server never recorded {line!r}: {self.lines()}")
+                raise AssertionError(
+                    f"the server never recorded {count} x {line!r}: {self.lines()}"
+                )
             await asyncio.sleep(0.02)
 
     def restart(self) -> None:

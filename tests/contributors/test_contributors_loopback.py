@@ -97,7 +97,7 @@ async def test_oversize_bodies_are_cut_as_too_large(
         outcomes = await fan_out(client, fields, [registered(server)], timeout=2.0)
         assert outcomes[0].status == "too_large"
         assert outcomes[0].cause is not None and outcomes[0].cause.startswith(cause)
-        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=5.0)  # bounded: a hang guard
     assert server.bytes_sent < 10 * 1024 * 1024
 
 
@@ -254,11 +254,11 @@ async def test_cancelling_the_fan_out_closes_the_contributor_connections(
     """When the caller goes away mid-call, the outbound call is cancelled and its connection closed."""
     async with FaultServer("hang") as server:
         task = asyncio.ensure_future(fan_out(client, fields, [registered(server)], timeout=10.0))
-        await asyncio.wait_for(server.request_seen.wait(), timeout=2.0)
+        await asyncio.wait_for(server.request_seen.wait(), timeout=5.0)  # bounded: a hang guard
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.wait_for(server.peer_closed.wait(), timeout=1.0)
+        await asyncio.wait_for(server.peer_closed.wait(), timeout=5.0)  # bounded: a hang guard
 
 
 # Every fault fixture with its expected outcome, and what each failure policy makes of it.

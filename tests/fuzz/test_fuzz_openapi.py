@@ -36,8 +36,6 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 from schemathesis.config import SchemathesisConfig
-from schemathesis.generation import GenerationMode
-from schemathesis.hooks import HookContext
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
@@ -59,24 +57,8 @@ CHECKS = [
     negative_data_rejection,
 ]
 
-PREPARE_SHAPED = {"/v1/prepare", "/v1/budget", "/v1/preparations/{preparation_id}/refresh"}
 
 schema = schemathesis.openapi.from_path(OPENAPI, config=SchemathesisConfig(seed=20261202))
-
-
-@schema.hook
-def map_case(context: HookContext, case: schemathesis.Case) -> schemathesis.Case:
-    """Read negative prepare-shaped bodies as neutral ones: the document describes `history`
-    and `input` items as neutral messages, and under the default ``input_format: "auto"`` the
-    service also reads the providers' shapes (an OpenAI Chat ``content: null`` reads as empty),
-    which a schema-violating neutral message may happen to be. A body that names its
-    ``input_format`` keeps it; positive cases are left exactly as generated (the document says
-    "exactly one of ``model`` and ``models``", and generation follows it)."""
-    body = case.body
-    negative = case.meta is not None and case.meta.generation.mode == GenerationMode.NEGATIVE
-    if negative and case.operation.path in PREPARE_SHAPED and isinstance(body, dict):
-        case.body = {"input_format": "neutral", **body}
-    return case
 
 
 def _contributor(request: httpx.Request) -> httpx.Response:

@@ -111,8 +111,8 @@ describe("the package as a user installs it", () => {
         'const request: PrepareRequest = { model: "gpt-4o-mini", input: [{ role: "user", content: "hi" }] };',
         "export const id: Promise<string> = client.prepare(request).then((answer) => answer.preparation_id);",
         "export const isInvalid = (error: unknown): boolean => error instanceof InvalidRequestError;",
-        "// @ts-expect-error: a message has a role",
-        'export const wrong: PrepareRequest = { model: "m", input: [{ content: "hi" }] };',
+        "// @ts-expect-error: a token budget is a number",
+        'export const wrong: PrepareRequest = { model: "m", max_context_tokens: "lots" };',
         "",
       ].join("\n"),
     );

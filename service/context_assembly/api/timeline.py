@@ -9,11 +9,14 @@ The chart is an inline SVG as wide as the page at any width: the bars are drawn 
 ``viewBox`` counts turns across and tokens up, stretched to the page's width
 (``preserveAspectRatio="none"``); the scale, the turn numbers and the miss marks are drawn
 around it in CSS pixels and percentages of the width, so that their text keeps its size on a
-phone and on a wide screen.
+phone and on a wide screen. The scale's labels stand in a left margin as wide as the widest of
+them (the ``--scale`` width the stylesheet moves the SVG right by), right-aligned against the
+axis, so that no label covers a bar.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote
@@ -65,6 +68,12 @@ _MARKS_Y = _NUMBERS_Y + 18
 _HEIGHT = _MARKS_Y + 14
 _SLOT = 4  # plot units per turn: three bars of 1 with gaps
 _MIN_SLOTS = 8  # a short conversation does not get bars a quarter of the page wide
+# The scale's text: its font size (the stylesheet's), a width per character that no common
+# sans-serif font's digits or letters exceed, and the gap between a label and the axis.
+_FONT_PX = 11
+_CHAR_EM = 0.62
+_GAP = 6
+UNIT: Final = "tokens"  # the scale's unit, written above its labels
 
 
 def _kept(value: bool | None) -> str:
@@ -152,6 +161,13 @@ def scale(peak: int) -> tuple[int, int]:
     return step, top
 
 
+def label_margin(labels: list[str]) -> int:
+    """The left margin, in CSS pixels, that holds the widest of ``labels`` right-aligned
+    ``_GAP`` pixels left of the axis."""
+    widest = max((len(label) for label in labels), default=0)
+    return math.ceil(widest * _FONT_PX * _CHAR_EM) + _GAP
+
+
 def _x(slot: float, slots: int) -> str:
     """The horizontal position of ``slot`` (in turn slots) as a percentage of the chart."""
     return f"{100 * slot / slots:.3f}%"
@@ -169,6 +185,15 @@ def mark(kind: CacheMiss, x: str, y: int, title: str = "") -> str:
     return (
         f'<svg x="{x}" y="{y}" width="1" height="1" overflow="visible" class="mark {kind}">'
         f'<path d="{_MISS_PATH[kind]}" {paint}/>{tip}</svg>'
+    )
+
+
+def _scale_text(text: str, y: float, cls: str) -> str:
+    """A label of the token scale (or its unit, above it): right-aligned ``_GAP`` pixels left
+    of the axis, in the margin, and centred on the height ``y`` it names."""
+    return (
+        f'<text x="-{_GAP}" y="{y:.1f}" text-anchor="end" dominant-baseline="middle" '
+        f'class="{cls}">{text}</text>'
     )
 
 
@@ -205,11 +230,13 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
         f'<line x1="0" x2="100%" y1="{_TOP + _PLOT}" y2="{_TOP + _PLOT}" class="axis"/>',
         f'<line x1="0.5" x2="0.5" y1="{_TOP}" y2="{_TOP + _PLOT}" class="axis"/>',
     ]
+    labels = [UNIT]
     for tick in range(step, top + 1, step):
         y = _TOP + _PLOT * (1 - tick / top)
-        unit = " tokens" if tick == top else ""
+        labels.append(str(tick))
         under.append(f'<line x1="0" x2="100%" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-        over.append(f'<text x="4" y="{y - 3:.1f}" class="scale">{tick}{unit}</text>')
+        over.append(_scale_text(str(tick), y, "scale"))
+    over.append(_scale_text(UNIT, _TOP - 13, "unit"))
     plot: list[str] = []  # in turn slots across, tokens up
     last = len(turns) - 1
     for index, turn in enumerate(turns):
@@ -250,7 +277,8 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
         + "</svg>"
     )
     return (
-        f'<svg id="chart" class="chart" xmlns="http://www.w3.org/2000/svg" width="100%" '
+        f'<svg id="chart" class="chart" style="--scale:{label_margin(labels)}px" '
+        f'xmlns="http://www.w3.org/2000/svg" width="100%" '
         f'height="{_HEIGHT}" role="img" aria-label="Tokens per turn: total input, expected and '
         f'reported cached tokens, with the turns that missed the cache marked">'
         + "".join(under)
@@ -263,10 +291,10 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
 # --------------------------------------------------------------------------- HTML
 
 _STYLE = """
-svg.chart{display:block;width:100%;max-width:100%;margin:.4rem 0 1rem;overflow:visible}
+svg.chart{display:block;width:calc(100% - var(--scale));max-width:100%;overflow:visible;
+margin:.4rem 0 1rem var(--scale)}
 svg.chart .grid{stroke:#e3e3e3}svg.chart .axis{stroke:#666}
 svg.chart text{font:11px system-ui,sans-serif;fill:#555}
-svg.chart text.scale{paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 .legend{display:flex;flex-wrap:wrap;gap:.3rem 1.2rem;margin:.4rem 0}
 .legend span{white-space:nowrap}
 svg.mk{width:12px;height:12px;vertical-align:-1px;margin-right:.3rem}

@@ -234,25 +234,6 @@ class PrefixDigests:
     instructions: str
     history: tuple[str, ...]
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "layout": self.layout,
-            "tools": list(self.tools),
-            "instructions": self.instructions,
-            "history": list(self.history),
-        }
-
-    @classmethod
-    def from_record(cls, data: Mapping[str, Any]) -> PrefixDigests:
-        return cls(
-            model=data["model"],
-            layout=data["layout"],
-            tools=tuple(data["tools"]),
-            instructions=data["instructions"],
-            history=tuple(data["history"]),
-        )
-
 
 def prefix_digests(
     assembly: Assembly,

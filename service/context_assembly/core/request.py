@@ -117,6 +117,29 @@ def not_given(*fields: str) -> JsonDict:
     return {"properties": {name: {"type": "null"} for name in fields}}
 
 
+# A ``history`` or ``input`` item in a provider's own shape, as the document states it: the
+# schema of a neutral ``Message`` cannot describe three providers' shapes, so the document says
+# what the service accepts (an object) and the service checks it (a 422 naming the message and
+# part it cannot read).
+PROVIDER_MESSAGE: Final[JsonDict] = {
+    "type": "object",
+    "title": "ProviderMessage",
+    "description": "A message of the OpenAI Chat or Anthropic Messages shape, or an OpenAI "
+    "Responses item, as the provider's SDK writes it; read into the neutral shape with nothing "
+    "lost (`input_format`).",
+    "additionalProperties": True,
+}
+
+
+def messages_schema(schema: JsonDict) -> None:
+    """A ``json_schema_extra`` hook of ``history`` and ``input``: each item is a neutral
+    ``Message`` or a provider's message (``PROVIDER_MESSAGE``)."""
+    options = schema.get("anyOf", [schema])
+    for option in options if isinstance(options, list) else []:
+        if isinstance(option, dict) and option.get("type") == "array":
+            option["items"] = {"anyOf": [option["items"], PROVIDER_MESSAGE]}
+
+
 class Frozen(BaseModel):
     """Base of every wire value: immutable, unknown fields refused."""
 
@@ -866,10 +889,12 @@ class PrepareRequest(Frozen):
         default_factory=list,
         description="The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or "
         'OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it.',
+        json_schema_extra=messages_schema,
     )
     input: list[Message] = Field(
         default_factory=list,
         description="This turn's messages (the shapes `history` takes), placed last.",
+        json_schema_extra=messages_schema,
     )
     contributors: list[ContributorRef] = Field(
         default_factory=list,

@@ -12,10 +12,9 @@ adds to its own count.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Final
 
 import structlog
 
@@ -24,12 +23,11 @@ from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache
-from context_assembly.core.assemble import Assembly
 from context_assembly.core.fingerprint import message_hashes, text_hash
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
-from context_assembly.engine import ModelContext, cache_minimum, local_time, rfc3339, to_response
+from context_assembly.engine import cache_minimum, local_time, rfc3339, to_response
 from context_assembly.errors import InvalidError, StoreUnavailableError
 from context_assembly.lifecycle_models import (
     AccountingReport,
@@ -49,12 +47,11 @@ from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
-    REPAIR_ESTIMATE,
     Prepared,
+    StoredPreparation,
     new_preparation_id,
     not_found,
-    record_data,
-    stored_response,
+    record_of,
 )
 from context_assembly.preparations.repair import repair_frame
 from context_assembly.preparations.staleness import (
@@ -94,6 +91,33 @@ class RecordedUsage:
 
     response: UsageResponse
     applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A live record, and what its data means."""
+
+    record: PreparationRecord
+    stored: StoredPreparation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Round:
+    """What a prepare and a refresh of it give the one pipeline they share (``_round``).
+
+    ``budget_ms`` is the contributors' time (a refresh: what the prepare left), ``used_ms`` the
+    time already used; ``pinned`` the record's model (a refresh: contributors are told it and
+    a routed refresh stays on it); ``history_hashes`` the original history's (a refresh keeps
+    them; ``None``: this request's)."""
+
+    prep_id: str
+    attempt: int
+    expires: datetime
+    before: turns.Previous
+    budget_ms: float
+    used_ms: float = 0.0
+    pinned: str | None = None
+    history_hashes: list[str] | None = None
 
 
 class Preparations:
@@ -136,17 +160,42 @@ class Preparations:
     ) -> Prepared:
         """Run contributors, select, lay out, store the record, answer the frame and manifest.
         ``large_body``: the request's body was large (``offload``: assembled off the loop)."""
-        setups = plan_sources(request)
         now = self.clock.now()
-        local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
-        prep_id = new_preparation_id()
+        step = Round(
+            prep_id=new_preparation_id(),
+            attempt=1,
+            expires=now + timedelta(seconds=self.settings.store.ttl_seconds),
+            before=await turns.previous(self.store, tenant, request, self.clock.wall()),
+            budget_ms=request.options.timeout_ms,
+        )
+        prepared, stored = await self._round(tenant, request, step, large_body=large_body)
+        await self.store.put(
+            PreparationRecord(
+                id=step.prep_id,
+                tenant=tenant,
+                data=stored.dump(),
+                expires_at=step.expires.timestamp(),
+            ),
+            latest_of=turns.scope_key(tenant, request.scope),
+            latest_data=None if stored.cache is None else stored.cache.model_dump(mode="json"),
+        )
+        return prepared
+
+    async def _round(
+        self, tenant: str, request: PrepareRequest, step: Round, *, large_body: bool
+    ) -> tuple[Prepared, StoredPreparation]:
+        """The pipeline of a prepare and of a refresh: contributors, assembly, the turn's cache
+        plan against ``step.before``, the answer and its record (which the caller writes)."""
+        setups = plan_sources(request)
+        local_time(self.clock.now(), request.timezone)  # an unknown zone fails before any call
         collected = await self.contributors.collect(
             tenant,
             request,
             setups,
-            prep_id,
-            budget_ms=request.options.timeout_ms,
-            attempt=1,
+            step.prep_id,
+            budget_ms=step.budget_ms,
+            attempt=step.attempt,
+            model=step.pinned,
         )
         assembly, ctx = await run_assembly_async(
             request,
@@ -156,70 +205,52 @@ class Preparations:
             now=self.clock.now(),
             tenant=tenant,
             registry=self.registry,
+            pin_model=step.pinned if request.models is not None else None,
         )
         if not ctx.known:
-            log.warning("unknown_model", preparation_id=prep_id, model=ctx.model)
-        expires = now + timedelta(seconds=self.settings.store.ttl_seconds)
-        history_hashes = message_hashes(request.history_messages)
-        before = await turns.previous(self.store, tenant, request, self.clock.wall())
-        turn = self._turn(
-            tenant,
+            log.warning("unknown_model", preparation_id=step.prep_id, model=ctx.model)
+        sent = message_hashes(request.history_messages)
+        minimum = cache_minimum(request, ctx, self.registry)
+        turn = cache.turn(
+            request,
+            assembly,
+            model=ctx.model,
+            minimum=minimum,
+            tenant=tenant,
+            previous_preparation_id=step.before.id,
+            previous=step.before.digests,
+            key_secret=self.cache_key_secret,
+            history_digests=sent[assembly.budget.history_dropped_messages :],
+        )
+        response = to_response(
             request,
             assembly,
             ctx,
-            before,
-            history_hashes[assembly.budget.history_dropped_messages :],
-        )
-        response = to_response(
-            request, assembly, ctx, preparation_id=prep_id, expires_at=expires, cache=turn
+            preparation_id=step.prep_id,
+            expires_at=step.expires,
+            attempt=step.attempt,
+            cache=turn,
         )
         prepared = Prepared.of(response)
-        data = record_data(
+        stored = record_of(
             request,
             assembly,
             ctx,
             prepared,
+            turn=turns.record_part(
+                request,
+                turn,
+                step.before,
+                self.clock.wall(),
+                assembly=assembly,
+                model=ctx.model,
+                minimum=minimum,
+            ),
             answered=collected.answered(),
-            used_ms=collected.used_ms,
-            history_hashes=history_hashes,
+            used_ms=step.used_ms + collected.used_ms,
+            history_hashes=sent if step.history_hashes is None else step.history_hashes,
         )
-        data[turns.CACHE] = turns.record_part(
-            request,
-            turn,
-            before,
-            self.clock.wall(),
-            assembly=assembly,
-            model=ctx.model,
-            minimum=cache_minimum(request, ctx, self.registry),
-        )
-        await self.store.put(
-            PreparationRecord(id=prep_id, tenant=tenant, data=data, expires_at=expires.timestamp()),
-            latest_of=turns.scope_key(tenant, request.scope),
-            latest_data=data[turns.CACHE],
-        )
-        return prepared
-
-    def _turn(
-        self,
-        tenant: str,
-        request: PrepareRequest,
-        assembly: Assembly,
-        ctx: ModelContext,
-        before: turns.Previous,
-        history_digests: list[str] | None,
-    ) -> cache.CacheTurn:
-        """The cache plan of an assembled turn and its comparison with ``before``."""
-        return cache.turn(
-            request,
-            assembly,
-            model=ctx.model,
-            minimum=cache_minimum(request, ctx, self.registry),
-            tenant=tenant,
-            previous_preparation_id=before.id,
-            previous=before.digests,
-            key_secret=self.cache_key_secret,
-            history_digests=history_digests,
-        )
+        return prepared, stored
 
     async def budget(
         self, tenant: str, request: PrepareRequest, *, large_body: bool = False
@@ -249,53 +280,57 @@ class Preparations:
 
     # ------------------------------------------------------------------ get, validate
 
-    async def _record(self, tenant: str, prep_id: str) -> PreparationRecord:
+    async def _record(self, tenant: str, prep_id: str) -> Found:
         if len(prep_id) > MAX_SHOWN_ID:
             raise not_found(prep_id)  # none of ours: not looked up
         record = await self.store.get(tenant, prep_id, self.clock.wall())
         if record is None:
             raise not_found(prep_id)
-        return record
+        return Found(record, StoredPreparation.read(record))
 
     async def get(self, tenant: str, prep_id: str) -> PreparationView:
         """Manifest, budget, hashes and accounting of one preparation (never block bodies)."""
         return self._view(await self._record(tenant, prep_id))
 
     @staticmethod
-    def _view(record: PreparationRecord) -> PreparationView:
+    def _view(found: Found) -> PreparationView:
         return PreparationView.model_validate(
             {
-                **stored_response(record.data["response"]),
-                "refresh_used": record.refresh_used,
-                "accounting": _accounting(record.data, record.accounting),
+                **found.stored.response.model_dump(mode="json"),
+                "refresh_used": found.record.refresh_used,
+                "accounting": _accounting(found.stored, found.record.accounting),
             }
         )
 
     async def timeline(self, tenant: str, prep_id: str, before: int | None = None) -> Timeline:
         """A page of the preparation's conversation (``turns.page``)."""
-        record = await self._record(tenant, prep_id)
-        return await turns.page(self.store, record, self.clock.wall(), before)
+        found = await self._record(tenant, prep_id)
+        return await turns.page(self.store, found.record, self.clock.wall(), before)
 
     async def breakdown(self, tenant: str, prep_id: str) -> Breakdown:
         """What the breakdown page shows of one preparation, from its record alone."""
-        record = await self._record(tenant, prep_id)
-        part = turns.part_of(record.data) or {}
+        found = await self._record(tenant, prep_id)
+        part = found.stored.cache
         return Breakdown(
-            view=self._view(record),
-            turn=turns.timeline_turn(record, part.get("turn")),
-            legacy_views=record.data.get("legacy_views"),
-            min_cacheable_tokens=part.get("min_cacheable_tokens"),
+            view=self._view(found),
+            turn=turns.timeline_turn(
+                found.record, found.stored, None if part is None else part.turn
+            ),
+            legacy_views=found.stored.legacy_views,
+            min_cacheable_tokens=None if part is None else part.min_cacheable_tokens,
         )
 
-    async def _revision_reasons(self, tenant: str, record: PreparationRecord) -> list[str]:
+    async def _revision_reasons(self, tenant: str, found: Found) -> list[str]:
         timeout_ms = self.settings.limits.validate_timeout_ms
-        return await revision_reasons(self.contributors, tenant, record, timeout_ms)
+        return await revision_reasons(
+            self.contributors, tenant, found.record.id, found.stored, timeout_ms
+        )
 
     async def validate(self, tenant: str, prep_id: str, body: ValidateRequest) -> ValidateResponse:
         """Final dispatch check; raises ``StaleError`` with every reason found."""
-        record = await self._record(tenant, prep_id)
-        reasons = frame_reasons(record, body.model, body.scope, body.frame, self.clock.now())
-        reasons += await self._revision_reasons(tenant, record)
+        found = await self._record(tenant, prep_id)
+        reasons = frame_reasons(found.stored, body.model, body.scope, body.frame, self.clock.now())
+        reasons += await self._revision_reasons(tenant, found)
         if reasons:
             raise stale(reasons, prep_id)
         return ValidateResponse(preparation_id=prep_id, checked_at=rfc3339(self.clock.now()))
@@ -307,111 +342,60 @@ class Preparations:
         self, tenant: str, prep_id: str, request: PrepareRequest, *, large_body: bool = False
     ) -> Prepared:
         """One more contribution + selection round after host hooks edited history/input."""
-        record = await self._record(tenant, prep_id)
+        found = await self._record(tenant, prep_id)
         claim = await self.store.claim_refresh(tenant, prep_id, self.clock.wall())
         if claim == "missing":
             raise not_found(prep_id)
         if claim == "used":
             raise stale(["refresh_used"], prep_id)
-        reasons = refresh_reasons(record, request)
+        stored = found.stored
+        reasons = refresh_reasons(stored, request)
         if reasons:
             raise stale(reasons, prep_id, hint=REFRESH_HINT)
-        data = record.data
         # A refresh is the same turn: the original's ``cache`` object and previous turn.
-        request = request.model_copy(update={"cache": turns.stored_options(data)})
-        before = await turns.load(
-            self.store, tenant, turns.stored_previous(data), self.clock.wall()
-        )
-        setups = plan_sources(request)
-        collected = await self.contributors.collect(
-            tenant,
-            request,
-            setups,
-            prep_id,
-            budget_ms=float(data["timeout_ms"]) - float(data["used_ms"]),
+        request = request.model_copy(update={"cache": turns.stored_options(stored)})
+        step = Round(
+            prep_id=prep_id,
             attempt=2,
-            model=data["model"],
+            expires=datetime.fromtimestamp(found.record.expires_at, UTC),
+            before=await turns.load(
+                self.store, tenant, turns.stored_previous(stored), self.clock.wall()
+            ),
+            budget_ms=stored.timeout_ms - stored.used_ms,
+            used_ms=stored.used_ms,
+            pinned=stored.model,
+            history_hashes=stored.history_hashes,
         )
-        assembly, ctx = await run_assembly_async(
-            request,
-            setups,
-            collected.inputs,
-            large_body=large_body,
-            now=self.clock.now(),
-            tenant=tenant,
-            registry=self.registry,
-            pin_model=data["model"] if request.models is not None else None,
-        )
-        expires = datetime.fromtimestamp(record.expires_at, UTC)
-        turn = self._turn(tenant, request, assembly, ctx, before, None)
-        response = to_response(
-            request,
-            assembly,
-            ctx,
-            preparation_id=prep_id,
-            expires_at=expires,
-            attempt=2,
-            cache=turn,
-        )
-        prepared = Prepared.of(response)
-        new_data = record_data(
-            request,
-            assembly,
-            ctx,
-            prepared,
-            answered=collected.answered(),
-            used_ms=float(data["used_ms"]) + collected.used_ms,
-            history_hashes=data["history_hashes"],
-        )
-        new_data[turns.CACHE] = turns.record_part(
-            request,
-            turn,
-            before,
-            self.clock.wall(),
-            assembly=assembly,
-            model=ctx.model,
-            minimum=cache_minimum(request, ctx, self.registry),
-        )
-        await self._replace(
-            tenant,
-            record,
-            new_data,
-            keep=(REPAIR_ESTIMATE,),
-            latest_of=turns.scope_key(tenant, request.scope),
-        )
+        prepared, new = await self._round(tenant, request, step, large_body=large_body)
+        await self._replace(tenant, found, new, latest_of=turns.scope_key(tenant, request.scope))
         return prepared
 
     async def _replace(
         self,
         tenant: str,
-        record: PreparationRecord,
-        new_data: Mapping[str, Any],
-        keep: tuple[str, ...] = (),
+        found: Found,
+        new: StoredPreparation,
         latest_of: str | None = None,
     ) -> None:
-        """Write ``new_data`` over ``record`` by compare and set; when another call wrote in
-        between, carry its ``keep`` fields over and write again over what it left. With
-        ``latest_of`` the scope's pointer, while it names the record, takes the new turn."""
-        current = record
+        """Write ``new`` over the record by compare and set; when a repair wrote in between,
+        carry its estimate over and write again over what it left. With ``latest_of`` the
+        scope's pointer, while it names the record, takes the new turn."""
+        current = found
         for _ in range(WRITE_ATTEMPTS):
-            data = dict(new_data)
-            for name in keep:
-                if name in current.data:
-                    data[name] = current.data[name]
-                else:
-                    data.pop(name, None)
+            estimate = current.stored.repair_estimated_input_tokens
+            data = new.model_copy(update={"repair_estimated_input_tokens": estimate})
             if await self.store.replace_data(
                 tenant,
-                record.id,
-                data,
+                found.record.id,
+                data.dump(),
                 self.clock.wall(),
-                expected_version=current.version,
+                expected_version=current.record.version,
                 latest_of=latest_of,
-                latest_data=data.get(turns.CACHE),
+                latest_data=None if data.cache is None else data.cache.model_dump(mode="json"),
             ):
                 return
-            current = await self._record(tenant, record.id)
-        raise StoreUnavailableError(f"preparation {record.id} kept changing; retry")
+            current = await self._record(tenant, found.record.id)
+        raise StoreUnavailableError(f"preparation {found.record.id} kept changing; retry")
 
     # ------------------------------------------------------------------ repair
 
@@ -423,21 +407,22 @@ class Preparations:
         checks run again on what the record holds then, so a repair never undoes a refresh.
         """
         for _ in range(WRITE_ATTEMPTS):
-            record = await self._record(tenant, prep_id)
-            data = record.data
-            reasons = frame_reasons(record, body.model, body.scope, body.frame, self.clock.now())
-            if text_hash(body.instructions) != data["instructions_hash"]:
+            found = await self._record(tenant, prep_id)
+            stored = found.stored
+            reasons = frame_reasons(stored, body.model, body.scope, body.frame, self.clock.now())
+            if text_hash(body.instructions) != stored.instructions_hash:
                 reasons.append("instructions_changed")
-            reasons += await self._revision_reasons(tenant, record)
+            reasons += await self._revision_reasons(tenant, found)
             if reasons:
                 raise stale(reasons, prep_id)
-            frame = repair_frame(body, data, self.registry)
+            frame = repair_frame(body, stored, self.registry)
+            repaired = stored.model_copy(update={"repair_estimated_input_tokens": frame.tokens})
             if await self.store.replace_data(
                 tenant,
                 prep_id,
-                {**data, REPAIR_ESTIMATE: frame.tokens},
+                repaired.dump(),
                 self.clock.wall(),
-                expected_version=record.version,
+                expected_version=found.record.version,
             ):
                 return RepairResponse(
                     preparation_id=prep_id,
@@ -459,23 +444,23 @@ class Preparations:
         ``limits.max_usage_reports`` for this preparation is refused (422): the reports are
         kept for idempotency and every lifecycle call reads them.
         """
-        record = await self._record(tenant, prep_id)
-        data = record.data
-        seen = record.reports.get(body.report_id)
+        found = await self._record(tenant, prep_id)
+        stored = found.stored
+        seen = found.record.reports.get(body.report_id)
         if seen is not None:
-            return RecordedUsage(_usage_response(prep_id, data, seen), applied=False)
+            return RecordedUsage(_usage_response(prep_id, stored, seen), applied=False)
         normalized = normalize_usage(body.provider, body.usage)
-        estimate = data["estimated_input_tokens"]
-        if body.call == "repair" and data.get(REPAIR_ESTIMATE) is not None:
-            estimate = data[REPAIR_ESTIMATE]
+        estimate = stored.estimated_input_tokens
+        if body.call == "repair" and stored.repair_estimated_input_tokens is not None:
+            estimate = stored.repair_estimated_input_tokens
         observation = accounting_observation(
             normalized,
-            int(estimate),
+            estimate,
             body.provider,
             body.call,
             body.report_id,
             rfc3339(self.clock.now()),
-            expected_cached_tokens=None if body.call == "repair" else turns.expected_of(data),
+            expected_cached_tokens=None if body.call == "repair" else turns.expected_of(stored),
         )
         slot: Slot = "auxiliary" if body.call == "repair" else "last"
         limit = self.settings.limits.max_usage_reports
@@ -491,16 +476,18 @@ class Preparations:
         if result.status == "missing" or result.accounting is None:
             raise not_found(prep_id)
         return RecordedUsage(
-            _usage_response(prep_id, data, result.accounting),
+            _usage_response(prep_id, stored, result.accounting),
             applied=result.status == "applied",
         )
 
 
-def _accounting(data: Mapping[str, Any], accounting: Accounting) -> AccountingReport:
+def _accounting(stored: StoredPreparation, accounting: Accounting) -> AccountingReport:
     return AccountingReport.model_validate(
-        {"estimated_input_tokens": data["estimated_input_tokens"], **accounting.as_dict()}
+        {"estimated_input_tokens": stored.estimated_input_tokens, **accounting.as_dict()}
     )
 
 
-def _usage_response(prep_id: str, data: Mapping[str, Any], accounting: Accounting) -> UsageResponse:
-    return UsageResponse(preparation_id=prep_id, accounting=_accounting(data, accounting))
+def _usage_response(
+    prep_id: str, stored: StoredPreparation, accounting: Accounting
+) -> UsageResponse:
+    return UsageResponse(preparation_id=prep_id, accounting=_accounting(stored, accounting))

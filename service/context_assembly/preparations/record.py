@@ -1,66 +1,59 @@
-"""What a stored preparation record holds, and the request shape hash refresh compares.
+"""The stored preparation record: one typed, versioned model, and the one way to read it.
 
-A record (docs/contract.md, "Storage") holds the manifest, budget and hashes of the response, the scope, the model,
-hashes of the instructions, of each original history message and of the request's host-side
-parts, the revisions of called contributors and how to reach each (source and endpoint name or
-inline URL, with an inline MCP server's kind, resources and tool; never its instructions), the
-expiry of entered blocks, the contributor time used, the names of the plugins whose legacy view
-was placed, and the accounting. Never block bodies, instructions, history or input.
+A record (docs/contract.md, "Storage") holds the manifest, budget and hashes of the response, the
+scope, the model, hashes of the instructions, of each original history message and of the
+request's host-side parts (``preparations/shape.py``), the revisions of called contributors and
+how to reach each (source and endpoint name or inline URL, with an inline MCP server's kind,
+resources and tool; never its instructions), the expiry of entered blocks, the contributor time
+used, the names of the plugins whose legacy view was placed, the turn's cache plan (``cache``,
+``preparations/turns.py``) and the accounting. Never block bodies, instructions, history or
+input.
 
-Refresh needs the host-side parts of the request to lay the frame out again, and the record does
-not keep them; so the refresh body is the whole edited prepare request, and the record keeps the
-*shape hash* of everything refresh must find unchanged (all but history, input, render and
-``cache``, which a refresh takes from the record).
+The store keeps a record as a JSON object it does not interpret; ``StoredPreparation`` is what
+that object means. Every reader goes through ``StoredPreparation.read``, which also reads every
+older shape a store may hold (a store keeps a record for up to ``store.ttl_seconds``, and in a
+rolling deploy a replica reads what the previous version wrote):
 
-The response part keeps the manifest's block reports as JSON objects, as the answer has them.
-Records written by earlier versions may hold them packed instead (``selection.block_rows_z``);
-``stored_response`` reads both, and is the one place that knows the packed form.
+- ``record_version`` 2 (``RECORD_VERSION``): the current shape.
+- no ``record_version`` (version 1), in these shapes, each oldest first: without the routing
+  fields (``requested_models``, ``native_history``, ``provider_counted_tokens``); with the
+  manifest's block reports packed (``selection.block_rows_z``); with a ``cache`` turn that does
+  not yet name its parts (``turn``, ``names``…); with block reports as JSON objects again.
+
+``tests/storage/fixtures`` holds a record of each shape, written by the version that wrote it.
+A part holds the fields it does not know (``extra="allow"``): a record a newer replica wrote
+keeps them through a read and a write (repair) here.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import secrets
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Final
 
 import orjson
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
 
 from context_assembly.core.assemble import Assembly
-from context_assembly.core.fingerprint import digest, message_hashes
-from context_assembly.core.request import Block, ContributorRef, PrepareRequest
+from context_assembly.core.cache import PrefixDigests
+from context_assembly.core.fingerprint import digest
+from context_assembly.core.request import ContributorRef, PrepareRequest, Render, Revision
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
 from context_assembly.engine import ModelContext
 from context_assembly.errors import NotFoundError
+from context_assembly.lifecycle_models import ExpectedReason
+from context_assembly.preparations.shape import shape_hash
+from context_assembly.storage import PreparationRecord
+
+RECORD_VERSION: Final = 2
+"""The version of the records this service writes (the module doc lists the older ones)."""
 
 MAX_SHOWN_ID: Final = 128  # our ids have 29 characters; a caller's path may hold anything
-# The record's estimate of the last repair frame (``usage`` with ``call: repair`` is compared
-# with it).
-REPAIR_ESTIMATE: Final = "repair_estimated_input_tokens"
 
-SHAPE_V2: Final = "shape2:sha256:"
-# Every field of a contribution but its blocks (which ``blocks_digest`` covers), in fixed order
-# (a test holds these to the model's fields).
-CONTRIBUTION_FIELDS: Final = ("source", "revision", "instructions", "recovery_tool")
-_contribution_values = attrgetter(*CONTRIBUTION_FIELDS)
-# Every field of a block, in fixed order (a test holds these to the model's fields, so a new
-# field cannot be left out of the shape hash).
-BLOCK_FIELDS: Final = (
-    "id",
-    "text",
-    "priority",
-    "protected",
-    "dependencies",
-    "expires_at",
-    "projection",
-)
-_block_values = attrgetter(*BLOCK_FIELDS)
-# The packed form of the block reports in records of earlier versions: base64 of zlib of one
+# The packed form of the block reports in version 1 records of one shape: base64 of zlib of one
 # JSON array per report, with these fields in this order.
 PACKED_ROWS: Final = "block_rows_z"
 PACKED_ROW_FIELDS: Final = (
@@ -80,6 +73,132 @@ PACKED_ROW_FIELDS: Final = (
 # validate does not send, nor instructions).
 CONTRIBUTOR_REFS: Final = TypeAdapter(list[ContributorRef])
 _REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url", "kind", "resources", "tool"}}
+
+
+class Part(BaseModel):
+    """A part of a record: immutable, and keeping the fields it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class StoredResponse(Part):
+    """The prepare answer without its frame, as the answer had it (``GET`` shows it)."""
+
+    preparation_id: str
+    prefix_hash: str
+    input_hash: str
+    layout: str
+    budget: dict[str, Any]
+    selection: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unpack(cls, value: Any) -> Any:
+        """Block reports packed in ``PACKED_ROWS`` (a version 1 shape) become report objects."""
+        if not isinstance(value, Mapping) or PACKED_ROWS not in value["selection"]:
+            return value
+        selection = value["selection"]
+        packed = base64.b64decode(selection[PACKED_ROWS], validate=True)
+        rows = orjson.loads(zlib.decompress(packed))
+        blocks = [dict(zip(PACKED_ROW_FIELDS, row, strict=True)) for row in rows]
+        rest = {k: v for k, v in selection.items() if k != PACKED_ROWS}
+        return {**value, "selection": {"blocks": blocks, **rest}}
+
+
+class TurnNames(Part):
+    """The names of a turn's prefix: model, render target, layout and tool names in frame order
+    (names, never texts)."""
+
+    model: str
+    render: str
+    layout: str
+    tools: list[str]
+
+
+class StoredCacheReport(Part):
+    """``selection.cache`` as the turn had it (kept even when the answer left it out)."""
+
+    previous_preparation_id: str | None = None
+    prefix_kept: bool | None = None
+    first_change: dict[str, Any] | None = None
+    cacheable_tokens: int = 0
+
+
+class StoredTurn(Part):
+    """The record's ``cache`` field: what it keeps of the turn (``preparations/turns.py``). The
+    scope's latest pointer carries the same object. Fields from ``turn`` on are absent (``None``)
+    in records of a version 1 shape."""
+
+    options: dict[str, Any] | None = None
+    previous_preparation_id: str | None = None
+    digests: PrefixDigests
+    report: StoredCacheReport
+    created_at: float
+    expected_cached_tokens: int | None = None
+    turn: int | None = None
+    names: TurnNames | None = None
+    named_change: dict[str, Any] | None = None
+    expected_reason: ExpectedReason | None = None
+    since_previous_seconds: float | None = None
+    lifetime_seconds: float | None = None
+    min_cacheable_tokens: int | None = None
+
+
+class StoredPreparation(Part):
+    """One preparation record as the store keeps it (see the module doc)."""
+
+    record_version: int
+    response: StoredResponse
+    model: str  # the model assembled for (the routed one under routing)
+    requested_models: list[str]  # the candidates as requested (a refresh must give the same)
+    native_history: dict[str, Any] | None = None  # the native descriptor a refresh must repeat
+    scope_hash: str
+    scope: dict[str, Any]
+    render: Render
+    input_len: int
+    shape_hash: str
+    history_hashes: list[str]  # of the original history (a refresh keeps them)
+    contributors: list[dict[str, Any]]  # how to reach each again (``CONTRIBUTOR_REFS``)
+    timeout_ms: float
+    provider_counted_tokens: int = 0  # a native history's, which repair adds to its count
+    tokenizer: str
+    prefix_len: int
+    instructions_hash: str
+    selected_expiry: list[tuple[str, str]]  # (qualified id, expires_at) of entered blocks
+    revisions: dict[str, Revision | None]  # of the sources that answered
+    legacy_views: list[str] | None = None  # ``None``: a version 1 record made before they were kept
+    used_ms: float  # contributor time used, of ``timeout_ms``
+    capacity: int
+    reserve: int  # response and reasoning reserve
+    estimated_input_tokens: int
+    repair_estimated_input_tokens: int | None = None  # the last repair frame's estimate
+    cache: StoredTurn | None = None  # ``None``: a version 1 record made before cache plans
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, value: Any) -> Any:
+        """A version 1 record (no ``record_version``) in the current shape: a record made before
+        routing asked for its one model."""
+        if not isinstance(value, Mapping) or "record_version" in value:
+            return value
+        return {
+            "requested_models": [value["model"]],
+            **value,
+            "record_version": RECORD_VERSION,
+        }
+
+    @classmethod
+    def read(cls, record: PreparationRecord) -> StoredPreparation:
+        """What ``record``'s data means, in whatever shape it was stored."""
+        return cls.model_validate(record.data)
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON object the store keeps."""
+        return self.model_dump(mode="json")
+
+    def contributor_refs(self) -> list[ContributorRef]:
+        """How to reach each contributor of the preparation again."""
+        return CONTRIBUTOR_REFS.validate_python(self.contributors)
 
 
 def new_preparation_id() -> str:
@@ -113,72 +232,6 @@ class Prepared:
         return cls(response, stored, body, decision_tally(response.selection.blocks))
 
 
-def stored_response(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's response as the answer had it (the frame excepted), from a record of this
-    version or of an earlier one that kept its block reports packed (``PACKED_ROWS``)."""
-    selection = stored["selection"]
-    if PACKED_ROWS not in selection:
-        return dict(stored)
-    rows = orjson.loads(zlib.decompress(base64.b64decode(selection[PACKED_ROWS], validate=True)))
-    blocks = [dict(zip(PACKED_ROW_FIELDS, row, strict=True)) for row in rows]
-    rest = {k: v for k, v in selection.items() if k != PACKED_ROWS}
-    return {**stored, "selection": {"blocks": blocks, **rest}}
-
-
-def _shape_exclude(request: PrepareRequest) -> set[str]:
-    # A single-model request leaves the routing fields out, so its hash is what it was before
-    # they existed (records stored by an older replica still refresh).
-    # ``cache`` is left out: a refresh keeps the original's cache object (the record's).
-    exclude = {"history", "input", "render", "cache"}
-    if request.models is None:
-        exclude |= {"models", "routing"}
-    return exclude
-
-
-def blocks_digest(blocks: Sequence[Block]) -> bytes:
-    """SHA-256 of the blocks' fields as JSON arrays in ``BLOCK_FIELDS`` order: the identity of
-    one contribution's blocks in the shape hash (canonical: a block holds no JSON object whose
-    key order could vary). Stored shape hashes are made of these digests, so the order is
-    ``BLOCK_FIELDS``'s, whatever the model's own."""
-    return hashlib.sha256(orjson.dumps([_block_values(b) for b in blocks])).digest()
-
-
-def shape_hash(request: PrepareRequest) -> str:
-    """Hash of everything refresh must find unchanged (all but history, input, render, ``cache``).
-
-    SHA-256 over the canonical JSON (sorted keys) of the request without its contributions, a
-    newline, then each contribution's fields and the SHA-256 of its blocks (``blocks_digest``)
-    as JSON arrays.
-    """
-    head = request.model_dump(mode="json", exclude=_shape_exclude(request) | {"contributions"})
-    hasher = hashlib.sha256(orjson.dumps(head, option=orjson.OPT_SORT_KEYS))
-    hasher.update(b"\n")
-    hasher.update(
-        orjson.dumps(
-            [
-                (
-                    *_contribution_values(item),
-                    blocks_digest(item.blocks).hex(),
-                )
-                for item in request.contributions
-            ]
-        )
-    )
-    return SHAPE_V2 + hasher.hexdigest()
-
-
-def shape_hash_v1(request: PrepareRequest) -> str:
-    """The shape hash of records stored before ``SHAPE_V2``: the sorted dump of it all."""
-    return digest(request.model_dump(mode="json", exclude=_shape_exclude(request)))
-
-
-def same_shape(request: PrepareRequest, stored: str) -> bool:
-    """Whether ``request`` has the shape hash a record stored (in either version)."""
-    if stored.startswith(SHAPE_V2):
-        return shape_hash(request) == stored
-    return shape_hash_v1(request) == stored
-
-
 def native(request: PrepareRequest) -> dict[str, Any] | None:
     """The native history descriptor as the record keeps it."""
     described = request.native_history
@@ -193,52 +246,53 @@ def legacy_views(request: PrepareRequest, response: PrepareResponse) -> list[str
     return [p.name for p in request.plugins if p.content and p.name not in replaced]
 
 
-def record_data(
+def record_of(
     request: PrepareRequest,
     assembly: Assembly,
     ctx: ModelContext,
     prepared: Prepared,
     *,
+    turn: StoredTurn,
     answered: Mapping[str, bool],
     used_ms: float,
-    history_hashes: list[str] | None = None,
-) -> dict[str, Any]:
+    history_hashes: list[str],
+) -> StoredPreparation:
     """The record of one prepare or refresh. ``answered`` says, for each webhook source called,
-    whether it answered; ``history_hashes`` are the original history's (a refresh keeps them)."""
+    whether it answered; ``history_hashes`` are the original history's (a refresh keeps them);
+    ``turn`` is what the record keeps of the turn's cache plan."""
     response = prepared.response
     scope = request.scope.model_dump(mode="json")
     budget = response.budget
-    return {
-        "response": prepared.stored,
-        "model": ctx.model,
-        "requested_models": request.candidates,
-        "native_history": native(request),
-        "scope_hash": digest(scope),
-        "scope": scope,
-        "render": request.render,
-        "input_len": len(request.input),
-        "shape_hash": shape_hash(request),
-        "history_hashes": history_hashes
-        if history_hashes is not None
-        else message_hashes(request.history_messages),
+    return StoredPreparation(
+        record_version=RECORD_VERSION,
+        response=StoredResponse.model_validate(prepared.stored),
+        model=ctx.model,
+        requested_models=request.candidates,
+        native_history=native(request),
+        scope_hash=digest(scope),
+        scope=scope,
+        render=request.render,
+        input_len=len(request.input),
+        shape_hash=shape_hash(request),
+        history_hashes=history_hashes,
         # Only what validate needs to ask each one for its revision again: never its
         # ``instructions`` (host text the record must not hold, docs/contract.md, "Privacy").
-        "contributors": CONTRIBUTOR_REFS.dump_python(
+        contributors=CONTRIBUTOR_REFS.dump_python(
             request.contributors, mode="json", exclude_none=True, include=_REF_FIELDS
         ),
-        "timeout_ms": request.options.timeout_ms,
-        "provider_counted_tokens": budget.provider_counted_tokens or 0,
-        "tokenizer": ctx.counter.name,
-        "prefix_len": assembly.placed.prefix_len,
-        "instructions_hash": assembly.instructions_hash,
-        "selected_expiry": [list(item) for item in assembly.selected_expiry],
+        timeout_ms=request.options.timeout_ms,
+        provider_counted_tokens=budget.provider_counted_tokens or 0,
+        tokenizer=ctx.counter.name,
+        prefix_len=assembly.placed.prefix_len,
+        instructions_hash=assembly.instructions_hash,
+        selected_expiry=list(assembly.selected_expiry),
         # Only sources that answered: a source omitted after a failure contributed nothing,
         # so there is nothing of it for a later revision to make stale.
-        "revisions": {s: r for s, r in assembly.revisions if answered.get(s, False)},
-        "legacy_views": legacy_views(request, response),
-        "used_ms": used_ms,
-        "capacity": budget.capacity,
-        "reserve": budget.response_reserve + budget.reasoning_reserve_tokens,
-        "estimated_input_tokens": budget.total_input_tokens,
-        REPAIR_ESTIMATE: None,
-    }
+        revisions={s: r for s, r in assembly.revisions if answered.get(s, False)},
+        legacy_views=legacy_views(request, response),
+        used_ms=used_ms,
+        capacity=budget.capacity,
+        reserve=budget.response_reserve + budget.reasoning_reserve_tokens,
+        estimated_input_tokens=budget.total_input_tokens,
+        cache=turn,
+    )

@@ -4,7 +4,6 @@ preparation was made for. No contributor is called."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,6 +16,7 @@ from context_assembly.core.request import Message, PrepareRequest
 from context_assembly.engine import model_context
 from context_assembly.errors import ContextOverflowError
 from context_assembly.lifecycle_models import RepairRequest
+from context_assembly.preparations.record import StoredPreparation
 from context_assembly.tokens.registry import ModelRegistry
 
 REPAIR_PROMPT: Final = (
@@ -34,9 +34,9 @@ class RepairFrame:
 
 
 def repair_frame(
-    body: RepairRequest, data: Mapping[str, Any], registry: ModelRegistry
+    body: RepairRequest, stored: StoredPreparation, registry: ModelRegistry
 ) -> RepairFrame:
-    """The repair frame of ``body`` over a record's ``data``, counted with the record's model
+    """The repair frame of ``body`` over a ``stored`` record, counted with the record's model
     and tokenizer (plus the provider-counted tokens of a native history: the repair call is sent
     on top of the same provider-held state); ``ContextOverflowError`` when it does not fit."""
     schema = (
@@ -53,21 +53,21 @@ def repair_frame(
         Message(role="user", content=REPAIR_PROMPT.format(schema=schema)),
     ]
     frame = Frame(messages=messages, tools=body.frame.tools)
-    probe = PrepareRequest(model=data["model"], assembly={"tokenizer": data["tokenizer"]})
+    probe = PrepareRequest(model=stored.model, assembly={"tokenizer": stored.tokenizer})
     ctx = model_context(probe, registry)
     tokens = (
         count_messages(messages, ctx.counter, ctx.profile).tokens
         + count_tools(frame.tools, ctx.counter, ctx.profile)
         + ctx.profile.reply_priming
-        + int(data.get("provider_counted_tokens", 0))
+        + stored.provider_counted_tokens
     )
-    available = int(data["capacity"]) - int(data["reserve"])
+    available = stored.capacity - stored.reserve
     if tokens > available:
         raise ContextOverflowError(
             f"the repair frame needs {tokens} tokens but {available} are available",
             needed_tokens=tokens,
-            capacity=data["capacity"],
+            capacity=stored.capacity,
         )
-    limit = output_limit(int(data["reserve"]), ctx.profile.max_output_tokens)
-    rendered = render_frame(frame, data["render"], data["model"], limit)
+    limit = output_limit(stored.reserve, ctx.profile.max_output_tokens)
+    rendered = render_frame(frame, stored.render, stored.model, limit)
     return RepairFrame(rendered, tokens)

@@ -10,7 +10,6 @@ is named in one ``CONTEXT_ASSEMBLY_STALE`` problem (``StaleError``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Final
 
@@ -18,11 +17,11 @@ from context_assembly.contributors.calls import ContributorTarget, query_revisio
 from context_assembly.core.blocks import parse_timestamp
 from context_assembly.core.fingerprint import digest, input_hash, message_hashes, prefix_hash
 from context_assembly.core.frame import Frame
-from context_assembly.core.request import ContributorRef, PrepareRequest, Revision, Scope
+from context_assembly.core.request import PrepareRequest, Scope
 from context_assembly.errors import AssemblyTimeoutError, InvalidError, StaleError, UrlRejectedError
-from context_assembly.preparations.record import native, same_shape
+from context_assembly.preparations.record import StoredPreparation, native
+from context_assembly.preparations.shape import same_shape
 from context_assembly.preparations.targets import Contributors
-from context_assembly.storage import PreparationRecord
 
 # A refused refresh is used up like a failed one (docs/contract.md, "Lifecycle"), so its error says what the body
 # must be: the record cannot lay the frame out again from {model, scope, history, input} alone.
@@ -40,28 +39,27 @@ def stale(reasons: list[str], prep_id: str, hint: str = "") -> StaleError:
 
 
 def frame_reasons(
-    record: PreparationRecord, model: str, scope: Scope, frame: Frame, now: datetime
+    stored: StoredPreparation, model: str, scope: Scope, frame: Frame, now: datetime
 ) -> list[str]:
     """What differs between the frame about to be sent and the one the record describes."""
-    data = record.data
     reasons: list[str] = []
-    if model != data["model"]:
+    if model != stored.model:
         reasons.append("model_changed")
-    if digest(scope.model_dump(mode="json")) != data["scope_hash"]:
+    if digest(scope.model_dump(mode="json")) != stored.scope_hash:
         reasons.append("scope_changed")
-    prefix_len: int = data["prefix_len"]
-    input_len: int = data["input_len"]
+    prefix_len = stored.prefix_len
+    input_len = stored.input_len
     messages = frame.messages
     if (
         len(messages) < prefix_len
-        or prefix_hash(data["model"], messages[:prefix_len], frame.tools)
-        != data["response"]["prefix_hash"]
+        or prefix_hash(stored.model, messages[:prefix_len], frame.tools)
+        != stored.response.prefix_hash
     ):
         reasons.append("prefix_changed")
     tail = messages[len(messages) - input_len :] if input_len else []
-    if len(messages) < input_len or input_hash(tail) != data["response"]["input_hash"]:
+    if len(messages) < input_len or input_hash(tail) != stored.response.input_hash:
         reasons.append("input_changed")
-    for qid, stamp in data["selected_expiry"]:
+    for qid, stamp in stored.selected_expiry:
         moment = parse_timestamp(stamp)
         if moment is not None and moment <= now:
             reasons.append(f"expired:{qid}")
@@ -69,21 +67,25 @@ def frame_reasons(
 
 
 async def revision_reasons(
-    contributors: Contributors, tenant: str, record: PreparationRecord, timeout_ms: float
+    contributors: Contributors,
+    tenant: str,
+    prep_id: str,
+    stored: StoredPreparation,
+    timeout_ms: float,
 ) -> list[str]:
     """Each contributor that entered blocks, asked for its revision again (as registered now:
     a reload that moved or removed a registration applies), within ``timeout_ms`` in all."""
-    stored: Mapping[str, Revision | None] = record.data["revisions"]
+    revisions = stored.revisions
     refs = [
-        ContributorRef.model_validate(c)
-        for c in record.data["contributors"]
-        if c["source"] in stored  # sources that failed under "omit" entered nothing to check
+        ref
+        for ref in stored.contributor_refs()
+        if ref.source in revisions  # sources that failed under "omit" entered nothing to check
     ]
     if not refs:
         return []
     clock = contributors.clock
     deadline = clock.monotonic() + timeout_ms / 1000.0
-    scope = Scope.model_validate(record.data["scope"])
+    scope = Scope.model_validate(stored.scope)
     reasons: list[str] = []
     targets: list[ContributorTarget] = []
     for ref in refs:
@@ -105,7 +107,7 @@ async def revision_reasons(
                 target,
                 scope,
                 deadline,
-                preparation_id=record.id,
+                preparation_id=prep_id,
                 clock=clock.monotonic,
                 **(mcp_cap if target.mcp is not None else {}),
             )
@@ -115,27 +117,26 @@ async def revision_reasons(
     for target, (status, revision) in zip(targets, answers, strict=True):
         if status != "ok":
             reasons.append(f"revision_unavailable:{target.source}")
-        elif revision != stored[target.source]:
+        elif revision != revisions[target.source]:
             reasons.append(f"revision_changed:{target.source}")
     return reasons
 
 
-def refresh_reasons(record: PreparationRecord, request: PrepareRequest) -> list[str]:
+def refresh_reasons(stored: StoredPreparation, request: PrepareRequest) -> list[str]:
     """What the edited ``request`` changed of what the preparation trusted: the same model (or
     candidates) and scope, the same shape (instructions, plugins, tools, options, inline
     sources), the original history as a prefix of the edited one, the same native history."""
-    data = record.data
     reasons: list[str] = []
-    if request.candidates != data.get("requested_models", [data["model"]]):
+    if request.candidates != stored.requested_models:
         reasons.append("model_changed")
-    if digest(request.scope.model_dump(mode="json")) != data["scope_hash"]:
+    if digest(request.scope.model_dump(mode="json")) != stored.scope_hash:
         reasons.append("scope_changed")
-    original: list[str] = data["history_hashes"]
+    original = stored.history_hashes
     edited = message_hashes(request.history_messages[: len(original)])
     if (
-        not same_shape(request, data["shape_hash"])
+        not same_shape(request, stored.shape_hash)
         or edited != original
-        or native(request) != data.get("native_history")
+        or native(request) != stored.native_history
     ):
         reasons.append("prefix_changed")
     return reasons

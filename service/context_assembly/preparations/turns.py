@@ -16,7 +16,7 @@ Previous turn (``previous``)
     previous turn in one small read.
 
 Record (``record_part``)
-    Every preparation's record keeps, under ``"cache"``: the request's ``cache`` object (``None``
+    Every preparation's record keeps, under ``cache`` (``record.StoredTurn``): the request's ``cache`` object (``None``
     when absent; a refresh takes it from here), the previous preparation id, the prefix digests
     (``PrefixDigests``: hashes, never text), ``selection.cache`` (kept even when the answer
     leaves it out, for the timeline), the wall time it was made and ``expected_cached_tokens``,
@@ -35,7 +35,7 @@ Timeline (``page``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -53,10 +53,13 @@ from context_assembly.core.request import CacheOptions, Message, PrepareRequest,
 from context_assembly.core.result import CacheReport, FirstChange
 from context_assembly.engine import rfc3339
 from context_assembly.lifecycle_models import CacheMiss, ExpectedReason, Timeline, TimelineTurn
+from context_assembly.preparations.record import (
+    StoredCacheReport,
+    StoredPreparation,
+    StoredTurn,
+    TurnNames,
+)
 from context_assembly.storage import PreparationRecord, Store
-
-CACHE: Final = "cache"
-"""The record's field holding the turn (see the module doc)."""
 
 TIMELINE_TURNS: Final = 50
 """The most turns a page of the timeline shows."""
@@ -67,23 +70,17 @@ def scope_key(tenant: str, scope: Scope) -> str:
     return digest([tenant, scope.model_dump(mode="json")]).removeprefix("sha256:")
 
 
-def part_of(data: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """A record's ``"cache"`` field, ``None`` for a record made before it existed."""
-    part = data.get(CACHE)
-    return part if isinstance(part, Mapping) else None
-
-
 @dataclass(frozen=True, slots=True)
 class Previous:
     """The turn a preparation is compared with: ``id`` as ``selection.cache`` names it, and the
-    ``"cache"`` field of its record (``None``: compared with nothing)."""
+    ``cache`` field of its record (``None``: compared with nothing)."""
 
     id: str | None
-    part: Mapping[str, Any] | None
+    part: StoredTurn | None
 
     @property
     def digests(self) -> PrefixDigests | None:
-        return None if self.part is None else PrefixDigests.from_record(self.part["digests"])
+        return None if self.part is None else self.part.digests
 
 
 FIRST_TURN: Final = Previous(None, None)
@@ -94,17 +91,19 @@ async def load(store: Store, tenant: str, prep_id: str | None, now: float) -> Pr
     if prep_id is None:
         return FIRST_TURN
     record = await store.get(tenant, prep_id, now)
-    return Previous(prep_id, None if record is None else part_of(record.data))
+    return Previous(prep_id, None if record is None else StoredPreparation.read(record).cache)
 
 
 async def previous(store: Store, tenant: str, request: PrepareRequest, now: float) -> Previous:
     """The previous turn of a new preparation (rules in the module doc). The scope's pointer
-    carries the latest turn's ``"cache"`` field, so finding it reads no record."""
+    carries the latest turn's ``cache`` field, so finding it reads no record."""
     options = request.cache
     if options is not None and options.previous_given:
         return await load(store, tenant, options.previous_preparation_id, now)
     latest = await store.latest(tenant, scope_key(tenant, request.scope), now)
-    return FIRST_TURN if latest is None else Previous(latest.id, latest.data)
+    if latest is None:
+        return FIRST_TURN
+    return Previous(latest.id, StoredTurn.model_validate(latest.data))
 
 
 def record_part(
@@ -116,7 +115,7 @@ def record_part(
     assembly: Assembly,
     model: str,
     minimum: int | None,
-) -> dict[str, Any]:
+) -> StoredTurn:
     """What the record keeps of a turn (see the module doc); ``now`` is the wall time,
     ``model`` the model assembled for and ``minimum`` its minimum cacheable length
     (``engine.cache_minimum``)."""
@@ -124,8 +123,8 @@ def record_part(
     report = turn.report
     lifetime = cache_lifetime(request.render, options)
     part = before.part
-    since = None if part is None else round(max(0.0, now - float(part["created_at"])), 3)
-    previous_cacheable = None if part is None else int(part["report"]["cacheable_tokens"])
+    since = None if part is None else round(max(0.0, now - part.created_at), 3)
+    previous_cacheable = None if part is None else part.report.cacheable_tokens
     expected = 0
     if since is not None and previous_cacheable is not None:
         expected = expected_cached_tokens(
@@ -135,56 +134,55 @@ def record_part(
             since_previous=timedelta(seconds=since),
             lifetime=lifetime,
         )
-    names = {
-        "model": model,
-        "render": request.render,
-        "layout": request.options.layout,
-        "tools": [tool.name for tool in assembly.placed.tools],
-    }
-    previous_names = None if part is None else part.get("names")
-    return {
-        "options": None
+    names = TurnNames(
+        model=model,
+        render=request.render,
+        layout=request.options.layout,
+        tools=[tool.name for tool in assembly.placed.tools],
+    )
+    previous_names = None if part is None else part.names
+    return StoredTurn(
+        options=None
         if request.cache is None
         else request.cache.model_dump(mode="json", exclude_unset=True),
-        "previous_preparation_id": before.id,
-        "digests": turn.digests.to_record(),
-        "report": report.model_dump(mode="json"),
-        "created_at": now,
-        "expected_cached_tokens": expected,
-        "turn": _next_number(part),
-        "names": names,
-        "named_change": named_change(report.first_change, names, assembly.history, previous_names),
-        "expected_reason": expected_reason(
+        previous_preparation_id=before.id,
+        digests=turn.digests,
+        report=StoredCacheReport.model_validate(report.model_dump(mode="json")),
+        created_at=now,
+        expected_cached_tokens=expected,
+        turn=_next_number(part),
+        names=names,
+        named_change=named_change(report.first_change, names, assembly.history, previous_names),
+        expected_reason=expected_reason(
             report,
             has_previous=part is not None,
             previous_cacheable_tokens=previous_cacheable,
             since_previous=since,
             lifetime=lifetime,
         ),
-        "since_previous_seconds": since,
-        "lifetime_seconds": None if lifetime is None else lifetime.total_seconds(),
-        "min_cacheable_tokens": minimum,
-    }
+        since_previous_seconds=since,
+        lifetime_seconds=None if lifetime is None else lifetime.total_seconds(),
+        min_cacheable_tokens=minimum,
+    )
 
 
-def _next_number(previous: Mapping[str, Any] | None) -> int | None:
+def _next_number(previous: StoredTurn | None) -> int | None:
     """A turn's number: 1 without a previous turn, the previous one's plus one (``None`` when
     the previous record has no number: made before numbers were kept)."""
     if previous is None:
         return 1
-    number = previous.get("turn")
-    return None if number is None else int(number) + 1
+    return None if previous.turn is None else previous.turn + 1
 
 
-def _model_name(names: Mapping[str, Any]) -> str:
-    return f"{names['model']} ({names['render']})"
+def _model_name(names: TurnNames) -> str:
+    return f"{names.model} ({names.render})"
 
 
 def named_change(
     change: FirstChange | None,
-    names: Mapping[str, Any],
+    names: TurnNames,
     history: Sequence[Message],
-    previous: Mapping[str, Any] | None,
+    previous: TurnNames | None,
 ) -> dict[str, Any] | None:
     """``change`` with names (``lifecycle.NamedChange``): this turn's ``names`` and ``history``
     sent, and the previous turn's ``names`` (``None`` for a record made before they were kept).
@@ -198,12 +196,12 @@ def named_change(
         if previous is not None:
             named["previous_name"] = _model_name(previous)
     elif change.part == "layout":
-        named["name"] = names["layout"]
+        named["name"] = names.layout
         if previous is not None:
-            named["previous_name"] = previous["layout"]
+            named["previous_name"] = previous.layout
     elif change.part == "tools" and index is not None:
-        tools: list[str] = names["tools"]
-        before: list[str] | None = None if previous is None else previous["tools"]
+        tools = names.tools
+        before = None if previous is None else previous.tools
         if index >= len(tools):
             named["change"] = "removed"
             if before is not None and index < len(before):
@@ -255,24 +253,22 @@ def expected_reason(
     return "cached"
 
 
-def stored_options(data: Mapping[str, Any]) -> CacheOptions | None:
+def stored_options(stored: StoredPreparation) -> CacheOptions | None:
     """The ``cache`` object a record's request had (a refresh keeps it)."""
-    part = part_of(data)
-    if part is None or part.get("options") is None:
+    part = stored.cache
+    if part is None or part.options is None:
         return None
-    return CacheOptions.model_validate(part["options"])
+    return CacheOptions.model_validate(part.options)
 
 
-def stored_previous(data: Mapping[str, Any]) -> str | None:
+def stored_previous(stored: StoredPreparation) -> str | None:
     """The previous preparation id a record was compared with."""
-    part = part_of(data)
-    return None if part is None else part.get("previous_preparation_id")
+    return None if stored.cache is None else stored.cache.previous_preparation_id
 
 
-def expected_of(data: Mapping[str, Any]) -> int | None:
+def expected_of(stored: StoredPreparation) -> int | None:
     """A record's ``expected_cached_tokens`` (``None`` for a record made before it existed)."""
-    part = part_of(data)
-    return None if part is None else part.get("expected_cached_tokens")
+    return None if stored.cache is None else stored.cache.expected_cached_tokens
 
 
 def miss(
@@ -292,47 +288,39 @@ def miss(
     return None
 
 
-def timeline_turn(record: PreparationRecord, number: int | None) -> TimelineTurn:
-    """A record as a turn of the timeline; ``number`` is its turn's (``page`` derives it for a
-    record that has none)."""
-    data = record.data
-    part = part_of(data) or {}
-    report = part.get("report") or {}
-    created = part.get("created_at")
+def timeline_turn(
+    record: PreparationRecord, stored: StoredPreparation, number: int | None
+) -> TimelineTurn:
+    """A record (``stored``: what its data means) as a turn of the timeline; ``number`` is its
+    turn's (``page`` derives it for a record that has none)."""
+    part = stored.cache
     last = record.accounting.last
     reported = None if last is None else last.get("cached_input_tokens")
-    expected = part.get("expected_cached_tokens")
-    reason = part.get("expected_reason")
-    change = part.get("named_change") or report.get("first_change")
-    return TimelineTurn.model_validate(
-        {
-            "turn": number,
-            "preparation_id": record.id,
-            "created_at": None
-            if created is None
-            else rfc3339(datetime.fromtimestamp(float(created), UTC)),
-            "model": data["model"],
-            "render": data["render"],
-            "layout": data["response"]["layout"],
-            "total_input_tokens": data["estimated_input_tokens"],
-            "previous_preparation_id": part.get("previous_preparation_id"),
-            "prefix_kept": report.get("prefix_kept"),
-            "first_change": change,
-            "cacheable_tokens": report.get("cacheable_tokens"),
-            "expected_cached_tokens": expected,
-            "expected_reason": reason,
-            "seconds_since_previous": part.get("since_previous_seconds"),
-            "cache_lifetime_seconds": part.get("lifetime_seconds"),
-            "cached_input_tokens": reported,
-            "miss": miss(report.get("prefix_kept"), reason, expected, reported),
-        }
-    )
-
-
-def _number(record: PreparationRecord) -> int | None:
-    part = part_of(record.data)
-    number = None if part is None else part.get("turn")
-    return None if number is None else int(number)
+    report = StoredCacheReport() if part is None else part.report
+    expected = None if part is None else part.expected_cached_tokens
+    reason = None if part is None else part.expected_reason
+    turn = {
+        "turn": number,
+        "preparation_id": record.id,
+        "created_at": None
+        if part is None
+        else rfc3339(datetime.fromtimestamp(part.created_at, UTC)),
+        "model": stored.model,
+        "render": stored.render,
+        "layout": stored.response.layout,
+        "total_input_tokens": stored.estimated_input_tokens,
+        "previous_preparation_id": None if part is None else part.previous_preparation_id,
+        "prefix_kept": report.prefix_kept,
+        "first_change": None if part is None else part.named_change or report.first_change,
+        "cacheable_tokens": None if part is None else report.cacheable_tokens,
+        "expected_cached_tokens": expected,
+        "expected_reason": reason,
+        "seconds_since_previous": None if part is None else part.since_previous_seconds,
+        "cache_lifetime_seconds": None if part is None else part.lifetime_seconds,
+        "cached_input_tokens": reported,
+        "miss": miss(report.prefix_kept, reason, expected, reported),
+    }
+    return TimelineTurn.model_validate(turn)
 
 
 async def page(
@@ -345,32 +333,41 @@ async def page(
     The chain is walked from ``record`` (one read per turn, newer turns included when
     ``before`` skips them); ``older_before`` is set when a live turn older than the page
     follows it."""
-    shown: list[tuple[PreparationRecord, int | None]] = []  # newest first
+    shown: list[tuple[PreparationRecord, StoredPreparation, int | None]] = []  # newest first
     seen = {record.id}
-    current, number = record, _number(record)
+    current, stored = record, StoredPreparation.read(record)
+    number = _number(stored)
+    scope_hash = stored.scope_hash
     older = False
     while True:
         if before is None or (number is not None and number < before):
             if len(shown) == TIMELINE_TURNS:
                 older = True
                 break
-            shown.append((current, number))
-        prep_id = stored_previous(current.data)
+            shown.append((current, stored, number))
+        prep_id = stored_previous(stored)
         if prep_id is None or prep_id in seen:
             break
         found = await store.get(record.tenant, prep_id, now)
-        if found is None or found.data.get("scope_hash") != record.data.get("scope_hash"):
+        if found is None:
+            break
+        current, stored = found, StoredPreparation.read(found)
+        if stored.scope_hash != scope_hash:
             break
         seen.add(prep_id)
-        stored = _number(found)
-        current, number = found, stored if stored is not None else _less(number)
+        own = _number(stored)
+        number = own if own is not None else _less(number)
     shown.reverse()
-    oldest = shown[0][1] if shown else None
+    oldest = shown[0][2] if shown else None
     return Timeline(
         preparation_id=record.id,
-        turns=[timeline_turn(r, n) for r, n in shown],
+        turns=[timeline_turn(r, s, n) for r, s, n in shown],
         older_before=oldest if older and oldest is not None else None,
     )
+
+
+def _number(stored: StoredPreparation) -> int | None:
+    return None if stored.cache is None else stored.cache.turn
 
 
 def _less(number: int | None) -> int | None:

@@ -2,7 +2,8 @@
 
 A *preparation record* is what ``prepare`` leaves behind for the lifecycle calls (validate,
 refresh, repair, usage): an opaque, JSON-able ``data`` dict (manifest, hashes, scope… never block
-bodies, instructions or history; the caller guarantees that and the store keeps what it is given),
+bodies, instructions or history; the caller guarantees that and the store keeps what it is given;
+``preparations/record.py`` says what it means),
 the owning tenant, an absolute expiry, the once-only refresh flag, and the usage accounting.
 
 Rules every backend keeps (the contract suite in ``tests/storage`` checks them against each one):

@@ -19,7 +19,7 @@ both count it and store the same value.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, cast
 
 from context_assembly.core.counting import TokenCounter, TokenizerName, block_piece
@@ -130,6 +130,29 @@ class CountCache:
         """Store a count; rotates the generations when the young one is full."""
         self._store(key, count)
 
+    def get_all(
+        self, keys: Sequence[CacheKey], compute: Callable[[int], CacheValue]
+    ) -> list[CacheValue]:
+        """The cached value of each key, ``compute(i)`` stored for each ``keys[i]`` missing: what
+        ``get`` and then ``put`` on a miss give, key by key, with the same counters. The young
+        generation is looked up for the whole batch in one comprehension, because a warm
+        selection looks up every block of every request here; only the rest go one by one."""
+        young_get = self._young.get
+        found = [young_get(key) for key in keys]
+        misses = 0
+        for i, value in enumerate(found):
+            if value is not None:
+                continue
+            misses += 1
+            key = keys[i]
+            value = self.get(key)
+            if value is None:
+                value = compute(i)
+                self.put(key, value)
+            found[i] = value
+        self._hits += len(keys) - misses
+        return cast("list[CacheValue]", found)
+
     def _store(self, key: CacheKey, count: CacheValue) -> None:
         young = self._young
         young[key] = count
@@ -174,7 +197,8 @@ class CachedCounter:
         return self._inner
 
     def count(self, text: str) -> int:
-        # CountCache.key and CountCache.get, inlined: this is the hot path of a warm selection.
+        """The count of ``text``: cached, or counted by ``inner`` and stored."""
+        # CountCache.key, inlined: this is the hot path of a warm selection.
         cache = self._cache
         size = len(text)
         key: CacheKey = (
@@ -182,14 +206,10 @@ class CachedCounter:
             if size < SHORT_KEY_CHARS
             else (self._name, size, hash(text), _sample_hash(text))
         )
-        found = cache._young.get(key)
+        found = cache.get(key)
         if found is None:
-            found = cache.get(key)
-            if found is None:
-                found = self._inner.count(text)
-                cache.put(key, found)
-        else:
-            cache._hits += 1
+            found = self._inner.count(text)
+            cache.put(key, found)
         assert isinstance(found, int)  # text keys and block keys differ in shape, never collide
         return found
 
@@ -201,9 +221,9 @@ class CachedCounter:
         The block id and the text length narrow the key: two texts must share both and a 64-bit
         keyed SipHash to collide (per pair about 2^-64), so one hash of each text suffices here.
         """
-        name, cache, inner = self._name, self._cache, self._inner
-        # Comprehensions over the whole batch (this runs for every block on every request): keys,
-        # then one lookup each in the young generation; only the misses go the slow way.
+        name, inner = self._name, self._inner
+        # One comprehension over the whole batch (this runs for every block on every request);
+        # the pieces are serialised and counted only for the keys the cache misses.
         keys: list[CacheKey] = [
             (
                 name,
@@ -215,28 +235,16 @@ class CachedCounter:
             )
             for block in blocks
         ]
-        young_get = cache._young.get
-        found = [young_get(key) for key in keys]
-        misses = 0
-        for i, value in enumerate(found):
-            if value is not None:
-                continue
-            misses += 1
-            key = keys[i]
-            value = cache.get(key)
-            if value is None:
-                block = blocks[i]
-                full = inner.count(block_piece(block.id, block.text, False))
-                proj = (
-                    -1
-                    if block.projection is None
-                    else inner.count(block_piece(block.id, block.projection, True))
-                )
-                value = (full, proj)
-                cache.put(key, value)
-            found[i] = value
-        cache._hits += len(keys) - misses
-        return cast("list[tuple[int, int]]", found)
+
+        def pieces(i: int) -> tuple[int, int]:
+            """Block ``i``'s full and projected (or -1) piece counts."""
+            block = blocks[i]
+            full = inner.count(block_piece(block.id, block.text, False))
+            if block.projection is None:
+                return full, -1
+            return full, inner.count(block_piece(block.id, block.projection, True))
+
+        return cast("list[tuple[int, int]]", self._cache.get_all(keys, pieces))
 
     def cache_info(self) -> CacheInfo:
         """Hits, misses and size of the underlying cache (shared caches report shared totals)."""
