@@ -9,6 +9,7 @@ the views, validate, usage, repair and refresh of this one.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
-from context_assembly.preparations import Clock
+from context_assembly.core.request import Scope
+from context_assembly.preparations import Clock, turns
 from context_assembly.preparations.record import (
     PACKED_ROWS,
     RECORD_VERSION,
@@ -143,3 +145,32 @@ def test_fields_a_newer_version_wrote_survive_a_write_back() -> None:
     assert written["cache"]["future_turn"] == 3
     assert written["response"]["future_report"] == [1]
     assert written["repair_estimated_input_tokens"] == 5
+
+
+def test_a_pointer_written_without_the_turn_reads_it_from_the_record(tmp_path: Path) -> None:
+    """The first cache turns wrote the scope's latest pointer without the turn (``{}``): the
+    next prepare of the scope reads the turn from the record the pointer names and compares
+    with it."""
+    fixture = _fixture("record-v1-cache-turn.json")
+    record, request = fixture["record"], fixture["request"]
+    settings = load_settings(store={"path": str(tmp_path / "store.db")})
+    clock = Clock(wall=lambda: WRITTEN_AT + 60, monotonic=Clock().monotonic)
+    app = create_app(settings, clock=clock)
+    with TestClient(app) as client:
+        store = app.state.preparations.store
+        pointer = turns.scope_key("default", Scope.model_validate(request["scope"]))
+        client.portal.call(
+            functools.partial(store.put, PreparationRecord(**record), latest_of=pointer)
+        )
+        answer = client.post("/v1/prepare", json=request)
+        assert answer.status_code == 200, answer.text
+        made = client.portal.call(
+            store.get, "default", answer.json()["preparation_id"], WRITTEN_AT + 60
+        )
+    assert made is not None
+    turn = StoredPreparation.read(made).cache
+    assert turn is not None
+    assert turn.previous_preparation_id == record["id"]
+    # Compared (``None`` would be compared with nothing); that version's instructions differ.
+    assert turn.report.prefix_kept is False
+    assert turn.report.first_change == {"part": "instructions", "index": None}

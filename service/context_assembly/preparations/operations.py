@@ -12,6 +12,7 @@ adds to its own count.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -25,7 +26,7 @@ from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache
 from context_assembly.core.fingerprint import message_hashes, text_hash
 from context_assembly.core.request import PrepareRequest
-from context_assembly.core.sources import materialised_inputs, plan_sources
+from context_assembly.core.sources import SourceSetup, materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
 from context_assembly.engine import cache_minimum, local_time, rfc3339, to_response
 from context_assembly.errors import InvalidError, StoreUnavailableError
@@ -160,7 +161,9 @@ class Preparations:
     ) -> Prepared:
         """Run contributors, select, lay out, store the record, answer the frame and manifest.
         ``large_body``: the request's body was large (``offload``: assembled off the loop)."""
+        setups = plan_sources(request)
         now = self.clock.now()
+        local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
         step = Round(
             prep_id=new_preparation_id(),
             attempt=1,
@@ -168,7 +171,7 @@ class Preparations:
             before=await turns.previous(self.store, tenant, request, self.clock.wall()),
             budget_ms=request.options.timeout_ms,
         )
-        prepared, stored = await self._round(tenant, request, step, large_body=large_body)
+        prepared, stored = await self._round(tenant, request, setups, step, large_body=large_body)
         await self.store.put(
             PreparationRecord(
                 id=step.prep_id,
@@ -182,12 +185,17 @@ class Preparations:
         return prepared
 
     async def _round(
-        self, tenant: str, request: PrepareRequest, step: Round, *, large_body: bool
+        self,
+        tenant: str,
+        request: PrepareRequest,
+        setups: Sequence[SourceSetup],
+        step: Round,
+        *,
+        large_body: bool,
     ) -> tuple[Prepared, StoredPreparation]:
-        """The pipeline of a prepare and of a refresh: contributors, assembly, the turn's cache
-        plan against ``step.before``, the answer and its record (which the caller writes)."""
-        setups = plan_sources(request)
-        local_time(self.clock.now(), request.timezone)  # an unknown zone fails before any call
+        """The pipeline of a prepare and of a refresh (``setups``: ``plan_sources(request)``):
+        contributors, assembly, the turn's cache plan against ``step.before``, the answer and
+        its record (which the caller writes)."""
         collected = await self.contributors.collect(
             tenant,
             request,
@@ -366,7 +374,8 @@ class Preparations:
             pinned=stored.model,
             history_hashes=stored.history_hashes,
         )
-        prepared, new = await self._round(tenant, request, step, large_body=large_body)
+        setups = plan_sources(request)
+        prepared, new = await self._round(tenant, request, setups, step, large_body=large_body)
         await self._replace(tenant, found, new, latest_of=turns.scope_key(tenant, request.scope))
         return prepared
 

@@ -19,6 +19,8 @@ rolling deploy a replica reads what the previous version wrote):
   fields (``requested_models``, ``native_history``, ``provider_counted_tokens``); with the
   manifest's block reports packed (``selection.block_rows_z``); with a ``cache`` turn that does
   not yet name its parts (``turn``, ``names``…); with block reports as JSON objects again.
+  The scope's latest pointer carries the record's ``cache`` turn; one written with the first
+  cache turns carries nothing (``{}``), and the turn is then read from the record.
 
 ``tests/storage/fixtures`` holds a record of each shape, written by the version that wrote it.
 A part holds the fields it does not know (``extra="allow"``): a record a newer replica wrote

@@ -103,6 +103,8 @@ async def previous(store: Store, tenant: str, request: PrepareRequest, now: floa
     latest = await store.latest(tenant, scope_key(tenant, request.scope), now)
     if latest is None:
         return FIRST_TURN
+    if not latest.data:  # a pointer of a version 1 shape, written without the turn
+        return await load(store, tenant, latest.id, now)
     return Previous(latest.id, StoredTurn.model_validate(latest.data))
 
 
