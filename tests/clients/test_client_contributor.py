@@ -86,6 +86,7 @@ class TestSignatures:
                     "text": "acct: what is due?",
                     "priority": 3,
                     "protected": False,
+                    "dependencies": [],
                 }
             ],
         }

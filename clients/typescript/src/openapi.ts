@@ -356,7 +356,10 @@ export interface components {
              * @default 0
              */
             reasoning_reserve_tokens?: number;
-            /** @description Per source (a plugin's name), the most tokens its blocks may take. */
+            /**
+             * @description Per source (a plugin's name), the most tokens its blocks may take.
+             * @default {}
+             */
             source_token_limits?: {
                 [key: string]: number;
             };
@@ -378,7 +381,10 @@ export interface components {
          *     instead) or omitted, each with a reason.
          */
         Block: {
-            /** @description Blocks this one needs, as `source/id`: it is chosen only with all of them. */
+            /**
+             * @description Blocks this one needs, as `source/id`: it is chosen only with all of them.
+             * @default []
+             */
             dependencies?: string[];
             /** @description An RFC 3339 time after which the block is omitted as `expired` (an expired protected block, or protected block's dependency, is a `422`). */
             expires_at?: string | null;
@@ -558,7 +564,10 @@ export interface components {
          * @description Blocks the host already has, sent in the request (an inline source).
          */
         Contribution: {
-            /** @description The blocks. */
+            /**
+             * @description The blocks.
+             * @default []
+             */
             blocks?: components["schemas"]["Block"][];
             /** @description Instructions that replace the plugin's for this request (`null` drops them); absent, the plugin's own stay. */
             instructions?: string | null;
@@ -621,9 +630,15 @@ export interface components {
          * @description Messages in dispatch order and the tool definitions, as the host will send them.
          */
         Frame: {
-            /** @description The messages, in dispatch order. */
+            /**
+             * @description The messages, in dispatch order.
+             * @default []
+             */
             messages?: components["schemas"]["Message"][];
-            /** @description The tool definitions. */
+            /**
+             * @description The tool definitions.
+             * @default []
+             */
             tools?: components["schemas"]["Tool"][];
         };
         /**
@@ -924,15 +939,27 @@ export interface components {
             assembly?: components["schemas"]["AssemblyOptions"] | null;
             /** @description Provider cache directives, and `selection.cache`: this turn explained against the previous one of the same scope. */
             cache?: components["schemas"]["CacheOptions"] | null;
-            /** @description Inline sources: blocks the host sends itself. */
+            /**
+             * @description Inline sources: blocks the host sends itself.
+             * @default []
+             */
             contributions?: components["schemas"]["Contribution"][];
-            /** @description Sources the service calls (webhooks and MCP servers), in parallel under one deadline. */
+            /**
+             * @description Sources the service calls (webhooks and MCP servers), in parallel under one deadline.
+             * @default []
+             */
             contributors?: components["schemas"]["ContributorRef"][];
-            /** @description The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it. */
+            /**
+             * @description The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it.
+             * @default []
+             */
             history?: (components["schemas"]["Message"] | {
                 [key: string]: unknown;
             })[] | components["schemas"]["NativeHistory"];
-            /** @description This turn's messages (the shapes `history` takes), placed last. */
+            /**
+             * @description This turn's messages (the shapes `history` takes), placed last.
+             * @default []
+             */
             input?: (components["schemas"]["Message"] | {
                 [key: string]: unknown;
             })[];
@@ -959,7 +986,10 @@ export interface components {
             model?: string | null;
             /** @description Managed routing: distinct candidate models in order of preference; the answer's `model` is the first whose window fits (`selection.routing` says why). Exactly one of `model` and `models`. */
             models?: string[] | null;
-            /** @description The host's plugins; each source of the request replaces one's content view. */
+            /**
+             * @description The host's plugins; each source of the request replaces one's content view.
+             * @default []
+             */
             plugins?: components["schemas"]["Plugin"][];
             /**
              * @description The frame's shape: `neutral` (messages and tools) or a provider's request body (`openai-chat`, `openai-responses`, `anthropic`, `gemini`), sent as it is.
@@ -981,7 +1011,10 @@ export interface components {
              * @default UTC
              */
             timezone?: string;
-            /** @description The tools sent with the frame. */
+            /**
+             * @description The tools sent with the frame.
+             * @default []
+             */
             tools?: components["schemas"]["Tool"][];
             /** @description Saved entries turned into the blocks of one source. */
             whiteboard?: components["schemas"]["Whiteboard"] | null;
@@ -1172,15 +1205,24 @@ export interface components {
         Scope: {
             /** @description The account the call is for. */
             account_id?: string | null;
-            /** @description Per connector, the account the call uses there. */
+            /**
+             * @description Per connector, the account the call uses there.
+             * @default {}
+             */
             connector_accounts?: {
                 [key: string]: string;
             };
-            /** @description The principal's identities. */
+            /**
+             * @description The principal's identities.
+             * @default []
+             */
             identities?: string[];
             /** @description Who the agent acts for (a user or a service). */
             principal?: string | null;
-            /** @description The principal's roles. */
+            /**
+             * @description The principal's roles.
+             * @default []
+             */
             roles?: string[];
             /** @description The task the call belongs to. */
             task_id?: string | null;
@@ -1225,7 +1267,10 @@ export interface components {
              * @enum {string}
              */
             tokenizer: "o200k_base" | "cl100k_base" | "estimate";
-            /** @description What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry. */
+            /**
+             * @description What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry.
+             * @default []
+             */
             warnings?: components["schemas"]["ManifestWarning"][];
         };
         /**
@@ -1347,7 +1392,10 @@ export interface components {
             description?: string;
             /** @description The tool's name. */
             name: string;
-            /** @description The JSON schema of the tool's arguments. */
+            /**
+             * @description The JSON schema of the tool's arguments.
+             * @default {}
+             */
             parameters?: {
                 [key: string]: unknown;
             };
@@ -1446,7 +1494,10 @@ export interface components {
          * @description Entries the host keeps (a memory, a scratchpad), turned into the blocks of one source.
          */
         Whiteboard: {
-            /** @description The entries. */
+            /**
+             * @description The entries.
+             * @default []
+             */
             entries?: components["schemas"]["WhiteboardEntry"][];
             /** @description A tool the model can call to read an entry that is not shown; the plugin's note names it. */
             recovery_tool?: string | null;

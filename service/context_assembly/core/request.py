@@ -83,12 +83,19 @@ def wire_schema(schema: JsonDict, cls: type[Any] | None = None) -> None:
     """How a wire model's JSON schema reads in the OpenAPI document: its properties carry a
     description and no title. ReDoc labels each member of a union with the property's title when
     the member has none, so an optional field read ``Model (string) or Model (null) (Model)``;
-    untitled, it reads ``string or null``. (A ``json_schema_extra`` hook of every wire model.)"""
+    untitled, it reads ``string or null``. A field whose default is an empty list or object
+    made anew for each instance (``default_factory``), which pydantic leaves out of the schema,
+    states it (``"default": []``), as generated clients read defaults from the document. (A
+    ``json_schema_extra`` hook of every wire model.)"""
     properties = schema.get("properties")
     if isinstance(properties, dict):
-        for prop in properties.values():
+        fields = {} if cls is None else cls.model_fields
+        for name, prop in properties.items():
             if isinstance(prop, dict):
                 prop.pop("title", None)
+                field = fields.get(name)
+                if field is not None and field.default_factory in (list, dict):
+                    prop.setdefault("default", field.default_factory())
 
 
 def refusing(*cases: tuple[str, JsonDict]) -> Callable[[JsonDict, type[Any]], None]:

@@ -26,7 +26,7 @@ class Block(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    dependencies: list[str] | None = None
+    dependencies: list[str] = []
     """
     Blocks this one needs, as `source/id`: it is chosen only with all of them.
     """
@@ -269,7 +269,7 @@ class Contribution(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    blocks: list[Block] | None = None
+    blocks: Annotated[list[Block], Field(validate_default=True)] = []
     """
     The blocks.
     """
@@ -900,11 +900,11 @@ class Scope(BaseModel):
     """
     The account the call is for.
     """
-    connector_accounts: dict[str, str] | None = None
+    connector_accounts: dict[str, str] = {}
     """
     Per connector, the account the call uses there.
     """
-    identities: list[str] | None = None
+    identities: list[str] = []
     """
     The principal's identities.
     """
@@ -912,7 +912,7 @@ class Scope(BaseModel):
     """
     Who the agent acts for (a user or a service).
     """
-    roles: list[str] | None = None
+    roles: list[str] = []
     """
     The principal's roles.
     """
@@ -1108,7 +1108,7 @@ class Tool(BaseModel):
     """
     The tool's name.
     """
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, Any] = {}
     """
     The JSON schema of the tool's arguments.
     """
@@ -1278,7 +1278,7 @@ class AssemblyOptions(BaseModel):
     """
     Tokens kept free for reasoning or thinking, beside `response_reserve`.
     """
-    source_token_limits: dict[str, SourceTokenLimitsAdditionalProperty] | None = None
+    source_token_limits: dict[str, SourceTokenLimitsAdditionalProperty] = {}
     """
     Per source (a plugin's name), the most tokens its blocks may take.
     """
@@ -1441,7 +1441,7 @@ class SelectionReport(BaseModel):
     """
     The tokenizer the counts use.
     """
-    warnings: list[ManifestWarning] | None = None
+    warnings: Annotated[list[ManifestWarning], Field(validate_default=True)] = []
     """
     What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry.
     """
@@ -1499,7 +1499,7 @@ class Whiteboard(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    entries: list[WhiteboardEntry] | None = None
+    entries: Annotated[list[WhiteboardEntry], Field(validate_default=True)] = []
     """
     The entries.
     """
@@ -1549,11 +1549,11 @@ class Frame(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    messages: list[Message] | None = None
+    messages: Annotated[list[Message], Field(validate_default=True)] = []
     """
     The messages, in dispatch order.
     """
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Field(validate_default=True)] = []
     """
     The tool definitions.
     """
@@ -1646,19 +1646,21 @@ class PrepareRequest(BaseModel):
     """
     Provider cache directives, and `selection.cache`: this turn explained against the previous one of the same scope.
     """
-    contributions: list[Contribution] | None = None
+    contributions: Annotated[list[Contribution], Field(validate_default=True)] = []
     """
     Inline sources: blocks the host sends itself.
     """
-    contributors: list[ContributorRef] | None = None
+    contributors: Annotated[list[ContributorRef], Field(validate_default=True)] = []
     """
     Sources the service calls (webhooks and MCP servers), in parallel under one deadline.
     """
-    history: list[Message | dict[str, Any]] | NativeHistory | None = None
+    history: Annotated[
+        list[Message | dict[str, Any]] | NativeHistory, Field(validate_default=True)
+    ] = []
     """
     The conversation so far: messages in the neutral, OpenAI Chat, Anthropic or OpenAI Responses shape, or `{"native": true, ...}` when the provider holds it.
     """
-    input: list[Message | dict[str, Any]] | None = None
+    input: Annotated[list[Message | dict[str, Any]], Field(validate_default=True)] = []
     """
     This turn's messages (the shapes `history` takes), placed last.
     """
@@ -1688,7 +1690,7 @@ class PrepareRequest(BaseModel):
     """
     Managed routing: distinct candidate models in order of preference; the answer's `model` is the first whose window fits (`selection.routing` says why). Exactly one of `model` and `models`.
     """
-    plugins: list[Plugin] | None = None
+    plugins: Annotated[list[Plugin], Field(validate_default=True)] = []
     """
     The host's plugins; each source of the request replaces one's content view.
     """
@@ -1714,7 +1716,7 @@ class PrepareRequest(BaseModel):
     """
     The IANA time zone of the date and time line.
     """
-    tools: list[Tool] | None = None
+    tools: Annotated[list[Tool], Field(validate_default=True)] = []
     """
     The tools sent with the frame.
     """

@@ -12,9 +12,9 @@ Two kinds of model:
   ``RepairRequest``, ``UsageRequest``) refuse unknown fields, so a misspelt option fails here
   instead of on the server, and check the document's bounds (lengths, ranges, patterns) when
   built. The client sends only the fields you set (``exclude_unset``), so the server's defaults
-  apply to the rest. An optional field the document gives no default (a list, a nested options
-  object) is typed ``X | None`` with ``None`` as its default; leave it unset rather than passing
-  ``None``, which is sent as ``null``.
+  apply to the rest. An optional field the document gives no default (a nested options object
+  such as ``scope`` or ``assembly``) is typed ``X | None`` with ``None`` as its default; leave it
+  unset rather than passing ``None``, which is sent as ``null``.
 - **Response models** are frozen and accept members they do not know, so a newer server that
   adds a field does not break an older client (the document itself describes this server's
   answers as closed). A value outside a closed set (a new status or reason) is a contract
