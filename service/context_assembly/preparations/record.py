@@ -97,9 +97,9 @@ class StoredResponse(Part):
     @classmethod
     def _unpack(cls, value: Any) -> Any:
         """Block reports packed in ``PACKED_ROWS`` (a version 1 shape) become report objects."""
-        if not isinstance(value, Mapping) or PACKED_ROWS not in value["selection"]:
+        selection = value.get("selection") if isinstance(value, Mapping) else None
+        if not isinstance(selection, Mapping) or PACKED_ROWS not in selection:
             return value
-        selection = value["selection"]
         packed = base64.b64decode(selection[PACKED_ROWS], validate=True)
         rows = orjson.loads(zlib.decompress(packed))
         blocks = [dict(zip(PACKED_ROW_FIELDS, row, strict=True)) for row in rows]
@@ -184,7 +184,7 @@ class StoredPreparation(Part):
         if not isinstance(value, Mapping) or "record_version" in value:
             return value
         return {
-            "requested_models": [value["model"]],
+            "requested_models": [value.get("model")],
             **value,
             "record_version": RECORD_VERSION,
         }
