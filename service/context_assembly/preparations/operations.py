@@ -172,15 +172,13 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
         )
         prepared, stored = await self._round(tenant, request, setups, step, large_body=large_body)
+        data = stored.dump()
         await self.store.put(
             PreparationRecord(
-                id=step.prep_id,
-                tenant=tenant,
-                data=stored.dump(),
-                expires_at=step.expires.timestamp(),
+                id=step.prep_id, tenant=tenant, data=data, expires_at=step.expires.timestamp()
             ),
             latest_of=turns.scope_key(tenant, request.scope),
-            latest_data=None if stored.cache is None else stored.cache.model_dump(mode="json"),
+            latest_data=data["cache"],  # the pointer carries the turn (``turns.previous``)
         )
         return prepared
 
@@ -392,15 +390,15 @@ class Preparations:
         current = found
         for _ in range(WRITE_ATTEMPTS):
             estimate = current.stored.repair_estimated_input_tokens
-            data = new.model_copy(update={"repair_estimated_input_tokens": estimate})
+            data = new.model_copy(update={"repair_estimated_input_tokens": estimate}).dump()
             if await self.store.replace_data(
                 tenant,
                 found.record.id,
-                data.dump(),
+                data,
                 self.clock.wall(),
                 expected_version=current.record.version,
                 latest_of=latest_of,
-                latest_data=None if data.cache is None else data.cache.model_dump(mode="json"),
+                latest_data=data["cache"],
             ):
                 return
             current = await self._record(tenant, found.record.id)
