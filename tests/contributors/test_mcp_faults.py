@@ -16,6 +16,7 @@ from mcp_servers import BIG_BYTES, McpProcess, mcp_server
 
 from context_assembly.contributors import (
     ContributorClient,
+    ContributorOutcome,
     ContributorTarget,
     PacketFields,
     contribute_all,
@@ -111,6 +112,23 @@ async def test_a_failed_mcp_source_under_fail_ends_the_fan_out(
     assert [source for source, _, _ in raised.value.calls] == ["docs"]
 
 
+async def traced_call(
+    client: ContributorClient, target: ContributorTarget, fields: PacketFields, cap: int
+) -> tuple[ContributorOutcome, int, int]:
+    """One call of ``target`` under ``cap``, with the bytes this process allocated for it:
+    ``(outcome, kept afterwards, peak)``. The collector is off during the call, so what is kept
+    must be freed by reference counting, not by a later collection."""
+    gc.disable()
+    tracemalloc.start()
+    try:
+        [outcome] = await contribute_all(client, [target], fields, time.monotonic() + 30.0, cap)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    return outcome, kept, peak
+
+
 async def test_an_endless_event_stream_is_cut_by_the_byte_cap(
     client: ContributorClient, fields: PacketFields, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -121,14 +139,7 @@ async def test_an_endless_event_stream_is_cut_by_the_byte_cap(
     with mcp_server(tmp_path_factory.mktemp("mcp")) as streaming:
         target = mcp_target(streaming.url, tool="flood", tool_arguments={"query": "q"})
         await contribute_all(client, [target], fields, time.monotonic() + 30.0, cap)  # the session
-        gc.disable()  # what is kept must be freed by reference counting
-        tracemalloc.start()
-        try:
-            [outcome] = await contribute_all(client, [target], fields, time.monotonic() + 30.0, cap)
-            kept, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
-            gc.enable()
+        outcome, kept, peak = await traced_call(client, target, fields, cap)
         await streaming.recorded("POST notifications/cancelled")
         await streaming.recorded("flood cancelled")
     assert (outcome.status, outcome.cause) == ("too_large", f"answers over the {cap}-byte cap")
@@ -145,14 +156,7 @@ async def test_a_50_mb_answer_is_refused_without_memory_growth(
     cap = 1024 * 1024
     target = mcp_target(server.url, resources=("big://50mb",))
     await contribute_all(client, [target], fields, time.monotonic() + 30.0, cap)  # warm pools
-    gc.disable()  # what is kept must be freed by reference counting, not by a later collection
-    tracemalloc.start()
-    try:
-        [outcome] = await contribute_all(client, [target], fields, time.monotonic() + 30.0, cap)
-        kept, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-        gc.enable()
+    outcome, kept, peak = await traced_call(client, target, fields, cap)
     assert outcome.status == "too_large", outcome.cause
     assert peak < 8 * 1024 * 1024 < BIG_BYTES
     assert kept < cap // 4  # nothing of the refused answer stays referenced
