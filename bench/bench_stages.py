@@ -48,7 +48,7 @@ STAGES = (
     ("context_assembly.preparations.operations", "Prepared", "of"),
     ("context_assembly.preparations.operations", "", "record_of"),
     ("context_assembly.preparations.record", "StoredPreparation", "dump"),
-    ("context_assembly.storage.sqlite", "", "_execute"),
+    ("context_assembly.storage.sqlite", "", "_write"),
     ("context_assembly.metrics", "Metrics", "observe_preparation"),
 )
 OUT_ENV = "CA_BENCH_STAGES_OUT"
