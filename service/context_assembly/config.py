@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import difflib
 import ipaddress
 import os
 import re
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -32,6 +32,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from context_assembly.tokens.registry import ModelEntry, ModelRegistry
+from context_assembly.validation import nearest
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 # An MCP header value is a reference to an environment variable, never the value itself.
@@ -263,6 +266,33 @@ class Settings(BaseSettings):
     inline_urls: InlineUrlSettings = Field(default_factory=InlineUrlSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    # [models."name"]: the operator's model entries, added to the shipped registry or replacing
+    # the shipped entry of the same name; validated like the data file's entries.
+    models: dict[str, ModelEntry] = Field(default_factory=dict)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _model_names_from_tables(cls, value: Any) -> Any:
+        # A table's name is the model's name: [models."gpt-5.2"] is the entry "gpt-5.2".
+        if not isinstance(value, Mapping):
+            return value
+        named: dict[Any, Any] = {}
+        for name, table in value.items():
+            if isinstance(table, Mapping):
+                if "name" in table:
+                    raise ValueError(
+                        f"models.{name}: the table's name is the model's name; remove \"name\""
+                    )
+                table = {"name": name, **table}
+            named[name] = table
+        return named
+
+    @field_validator("models")
+    @classmethod
+    def _models_fit_the_registry(cls, value: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
+        # A configured name or alias may not be another entry's name or alias.
+        ModelRegistry.load().with_configured(value)
+        return value
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:
@@ -321,6 +351,92 @@ def _refuse_single_underscore_env() -> None:
                 )
 
 
+# ``CONTEXT_ASSEMBLY_*`` variables that are not settings, and are left alone: the file ``serve``
+# hands its worker processes (``server.CONFIG_ENV``), and what the examples, the clients' READMEs
+# and the TypeScript client's tests read beside a service (the service to call, its key, the
+# executable to start, the example contributor's port and secret).
+OTHER_ENV = frozenset(
+    {
+        "CONTEXT_ASSEMBLY_CONFIG_FILE",
+        "CONTEXT_ASSEMBLY_URL",
+        "CONTEXT_ASSEMBLY_API_KEY",
+        "CONTEXT_ASSEMBLY_KEY",
+        "CONTEXT_ASSEMBLY_BIN",
+        "CONTEXT_ASSEMBLY_EXAMPLE_CONTRIBUTOR_PORT",
+        "CONTEXT_ASSEMBLY_EXAMPLE_CONTRIBUTOR_SECRET",
+    }
+)
+
+
+def _env_keys(annotation: Any) -> dict[str, Any] | None:
+    """The keys a variable may name below a setting of type ``annotation``: a section's keys
+    with their types; ``{}`` for a table of free names (a ``dict``, such as
+    ``[contributors.NAME]``: any key below it is the table's own, and is not checked here);
+    ``None`` for a value, which has no keys."""
+    members = [annotation]
+    if get_origin(annotation) is Union or isinstance(annotation, types.UnionType):
+        members = [arg for arg in get_args(annotation) if arg is not type(None)]
+    keys: dict[str, Any] = {}
+    for member in members:
+        if get_origin(member) is dict:
+            return {}
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            keys.update({name: info.annotation for name, info in member.model_fields.items()})
+    return keys or None
+
+
+def unknown_env_variable(name: str) -> str | None:
+    """Why ``name``, a ``CONTEXT_ASSEMBLY_*`` variable, sets nothing (naming the nearest valid
+    variable, or the keys valid where it goes wrong); ``None`` when it names a setting (or
+    is one of ``OTHER_ENV``). Case does not matter, as for the settings themselves."""
+    upper = name.upper()
+    if upper in OTHER_ENV:
+        return None
+    parts = upper[len(ENV_PREFIX) :].lower().split("__")
+    keys = _env_keys(Settings)
+    meant: list[str] = []
+    wrong: tuple[int, list[str]] | None = None  # where it first goes wrong: its part, the keys
+    for index, part in enumerate(parts):
+        if keys == {}:  # below a table of free names: the rest is the table's own
+            meant += parts[index:]
+            break
+        if keys is None:
+            wrong = wrong or (index, [])
+            meant = []
+            break
+        valid = list(keys)
+        if index == 0 and len(parts) == 1:  # the variables that are not settings are valid too
+            valid += [other[len(ENV_PREFIX) :].lower() for other in sorted(OTHER_ENV)]
+        found = part if part in keys else nearest(part, valid)
+        if found != part:
+            wrong = wrong or (index, list(keys))
+        if found is None:
+            meant = []
+            break
+        meant.append(found)
+        keys = _env_keys(keys[found]) if found in keys else None
+    if wrong is None:
+        return None
+    index, valid = wrong
+    said = f"environment variable {name} names no setting"
+    if meant:
+        return f"{said}; did you mean {ENV_PREFIX}{'__'.join(meant).upper()}?"
+    if not valid:
+        return f"{said}: {'.'.join(parts[:index])} takes no nested key"
+    return f"{said}: valid keys at {'.'.join(parts[:index]) or 'the top'}: {', '.join(valid)}"
+
+
+def _refuse_unknown_env() -> None:
+    """A ``CONTEXT_ASSEMBLY_*`` variable that names no setting (``CONTEXT_ASSEMBLY_AUHT__MODE``)
+    would be ignored, starting the service on a setting it was not given: it is refused, naming
+    the nearest valid variable (:func:`unknown_env_variable`)."""
+    for name in sorted(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            problem = unknown_env_variable(name)
+            if problem is not None:
+                raise ValueError(problem)
+
+
 def load_settings(config: str | Path | None = None, **overrides: Any) -> Settings:
     """Settings from an optional TOML file, the environment and explicit overrides.
 
@@ -332,6 +448,7 @@ def load_settings(config: str | Path | None = None, **overrides: Any) -> Setting
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"configuration file not found: {path}")
     _refuse_single_underscore_env()
+    _refuse_unknown_env()
     _TOML_FILE["path"] = path
     try:
         return Settings(**overrides)
@@ -348,9 +465,9 @@ def explain(error: Mapping[str, Any]) -> str:
         return f"{loc}: {error['msg']}"
     model = _section_model(path)
     valid = list(model.model_fields) if model is not None else []
-    near = difflib.get_close_matches(path[-1], valid, n=1)
-    if near:
-        return f"{loc}: unknown key; did you mean {'.'.join([*path[:-1], near[0]])}?"
+    near = nearest(path[-1], valid)
+    if near is not None:
+        return f"{loc}: unknown key; did you mean {'.'.join([*path[:-1], near])}?"
     if valid:
         return f"{loc}: unknown key (valid keys: {', '.join(valid)})"
     return f"{loc}: unknown key"
@@ -362,6 +479,8 @@ def _section_model(path: list[str]) -> type[BaseModel] | None:
         return Settings
     if path[0] == "contributors":  # [contributors.NAME]: free names, then a registration's keys
         return ContributorSettings if len(path) == 3 else None
+    if path[0] == "models":  # [models."name"]: free names, then an entry's keys
+        return ModelEntry if len(path) == 3 else None
     field = Settings.model_fields.get(path[0])
     annotation = field.annotation if field is not None else None
     if len(path) == 2 and isinstance(annotation, type) and issubclass(annotation, BaseModel):

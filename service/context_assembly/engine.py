@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from context_assembly.core.anchor import Anchor
 from context_assembly.core.assemble import Assembly, assemble_frame
 from context_assembly.core.budget import Capacity, resolve_capacity
 from context_assembly.core.cache import CacheTurn, provider_of
@@ -37,9 +38,10 @@ from context_assembly.core.result import (
 )
 from context_assembly.core.routing import RoutingProbe
 from context_assembly.core.sources import SourceInput, SourceSetup
+from context_assembly.core.transcript import Prior
 from context_assembly.errors import ContextOverflowError, InvalidError
-from context_assembly.tokens.counter import get_counter
-from context_assembly.tokens.registry import ModelRegistry
+from context_assembly.tokens.counter import estimate_counter, get_counter
+from context_assembly.tokens.registry import ModelRegistry, scale_fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,10 @@ class ModelContext:
     counter: TokenCounter
     exact: bool
     known: bool
+    # The registry entry the model resolved to (``selection.model_entry``); None when unknown.
+    entry: str | None = None
+    # For an unknown model: the known names closest to it (the ``unknown_model`` warning).
+    nearest: tuple[str, ...] = ()
 
 
 def unknown_profile(model: str) -> ModelProfile:
@@ -75,14 +81,26 @@ def model_context(
     wanted = request.options.tokenizer
     name = profile.tokenizer if wanted == "auto" else wanted
     exact = name != "estimate" and name == profile.tokenizer
-    return ModelContext(name_, profile, get_counter(name), exact, found is not None)
+    # The estimate of a model whose tokenizer counts more carries the entry's factor.
+    counter = (
+        estimate_counter(scale_fraction(profile.estimate_scale))
+        if name == "estimate"
+        else get_counter(name)
+    )
+    if found is None:
+        nearest = tuple(registry.nearest(name_))
+        return ModelContext(name_, profile, counter, exact, False, None, nearest)
+    return ModelContext(name_, profile, counter, exact, True, found.name)
 
 
-def unknown_model_detail(model: str) -> str:
+def unknown_model_detail(model: str, nearest: Sequence[str] = ()) -> str:
     """The words of the ``unknown_model`` warning (manifest and log)."""
+    near = (
+        f"; nearest known names: {', '.join(nearest)}" if nearest else "; no known name is near it"
+    )
     return (
         f"model {model!r} is not in the registry (GET /v1/models): its tokens are counted with "
-        "the conservative estimate, and its window is max_context_tokens or the fallback"
+        f"the conservative estimate, and its window is max_context_tokens or the fallback{near}"
     )
 
 
@@ -103,11 +121,15 @@ def run_assembly(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None = None,
+    anchor: Anchor | None = None,
+    prior: Prior | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
     A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
-    the candidate it was routed to instead of routing again.
+    the candidate it was routed to instead of routing again. ``anchor``: the previous turn and
+    its provider count (``core/anchor.py``), used where it matches the frame; ``prior``: the
+    previous turn of a ``transcript`` (``core/transcript.py``).
     """
     local_now = local_time(now, request.timezone)
     if request.models is None:
@@ -115,9 +137,16 @@ def run_assembly(
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
-        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant)
-        return assembly, ctx
-    return _route(request, setups, inputs, now, local_now, tenant, registry, pin_model)
+        assembly = _assemble(
+            request, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
+        )
+    else:
+        assembly, ctx = _route(
+            request, setups, inputs, now, local_now, tenant, registry, pin_model, anchor, prior
+        )
+    # The answer names the registry entry its counts and window came from (None: unknown).
+    selection = assembly.selection.model_copy(update={"model_entry": ctx.entry})
+    return replace(assembly, selection=selection), ctx
 
 
 def _assemble(
@@ -129,6 +158,8 @@ def _assemble(
     ctx: ModelContext,
     capacity: Capacity,
     tenant: str,
+    anchor: Anchor | None = None,
+    prior: Prior | None = None,
 ) -> Assembly:
     native = request.native_history
     try:
@@ -143,6 +174,8 @@ def _assemble(
             capacity=capacity,
             exact=ctx.exact and native is None,
             tenant=tenant,
+            anchor=anchor,
+            prior=prior,
         )
     except ContextOverflowError as err:
         if native is None or "shortfall_tokens" not in err.extensions:
@@ -199,6 +232,8 @@ def _route(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None,
+    anchor: Anchor | None = None,
+    prior: Prior | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """``first_fit`` over the candidates (or only ``pin_model``)."""
     names = [pin_model] if pin_model is not None else request.candidates
@@ -223,14 +258,18 @@ def _route(
         tried.append((candidate, ctx, capacity))
         if candidate.fits:
             routed = request.model_copy(update={"model": name})
-            assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+            assembly = _assemble(
+                routed, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
+            )
             chosen = assembly, ctx
             break
     if chosen is None and _may_compact(request):
         for index, (candidate, ctx, capacity) in enumerate(tried):
             routed = request.model_copy(update={"model": candidate.model})
             try:
-                assembly = _assemble(routed, setups, inputs, now, local_now, ctx, capacity, tenant)
+                assembly = _assemble(
+                    routed, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
+                )
             except ContextOverflowError:
                 continue
             tried[index] = (
@@ -311,7 +350,9 @@ def to_response(
     if cache is not None:
         selection = selection.model_copy(update={"cache": cache.report})
     if not ctx.known:
-        warning = ManifestWarning(code="unknown_model", detail=unknown_model_detail(ctx.model))
+        warning = ManifestWarning(
+            code="unknown_model", detail=unknown_model_detail(ctx.model, ctx.nearest)
+        )
         selection = selection.model_copy(update={"warnings": [warning]})
     budget = assembly.budget
     reserve = budget.response_reserve + budget.reasoning_reserve_tokens

@@ -360,11 +360,14 @@ def test_the_openai_key_and_a_request_without_cache(make_client: AppFactory) -> 
     """An OpenAI render shows its prompt_cache_key and retention; a request without ``cache``
     says that no directive was added, and is still compared with its previous turn."""
     client = make_client()
-    body = basic_request(render="openai-chat", cache={"key": "conversation-7", "retention": "24h"})
+    scope = {"task_id": "conversation-7"}
+    body = basic_request(
+        render="openai-chat", scope=scope, cache={"key": "conversation-7", "retention": "24h"}
+    )
     prep = prepare(client, body)
     facts = _views(client, prep["preparation_id"])[1].facts("cache-facts")
     assert facts["OpenAI key"] == "prompt_cache_key conversation-7, retention 24h"
-    plain = prepare(client, basic_request(render="openai-chat"))
+    plain = prepare(client, basic_request(render="openai-chat", scope=scope))
     facts = _views(client, plain["preparation_id"])[1].facts("cache-facts")
     assert facts["plan"].startswith("render openai-chat; none: the request has no cache object")
     assert facts["previous turn"].startswith(prep["preparation_id"])

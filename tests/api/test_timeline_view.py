@@ -363,3 +363,21 @@ def test_the_token_scale_takes_round_steps(peak: int, step: int, top: int) -> No
 )
 def test_durations_read_at_a_glance(seconds: float, words: str) -> None:
     assert pages.duration(seconds) == words
+
+
+def test_requests_without_a_scope_form_no_conversation(make_client: AppFactory) -> None:
+    """Only an explicit scope chains turns: unrelated unscoped requests each stand alone (one
+    turn in the timeline, compared with nothing), while scoped ones still chain."""
+    client = make_client()
+    body = {k: v for k, v in turn_body(new_scope()).items() if k != "scope"}
+    unscoped = [prepare(client, body) for _ in range(3)]
+    for prep in unscoped:
+        assert prep["selection"]["cache"]["previous_preparation_id"] is None
+        assert prep["selection"]["cache"]["prefix_kept"] is None
+        data, _, _ = _timeline(client, prep["preparation_id"])
+        assert len(data["turns"]) == 1
+    scoped = turn_body(new_scope())
+    first = prepare(client, scoped)
+    second = prepare(client, scoped)
+    assert second["selection"]["cache"]["previous_preparation_id"] == first["preparation_id"]
+    assert len(_timeline(client, second["preparation_id"])[0]["turns"]) == 2

@@ -161,7 +161,8 @@ def test_anthropic_body_carries_a_marker_at_each_planned_place() -> None:
 def test_the_history_marker_is_on_the_last_block_of_the_last_history_message() -> None:
     """A history message of several blocks is marked on its last one (the prefix ends there)."""
     parts = [{"type": "text", "text": "first part"}, {"type": "text", "text": "last part"}]
-    answer, _ = prepare(body(history=[*history(1), {"role": "user", "content": parts}]), SHIPPED)
+    last = {"role": "assistant", "content": parts}
+    answer, _ = prepare(body(history=[*history(1), last]), SHIPPED)
     blocks = [b for m in answer["frame"]["messages"] for b in m["content"]]
     marked = [b["text"] for b in blocks if "cache_control" in b]
     assert marked == ["last part"]

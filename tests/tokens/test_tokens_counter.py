@@ -248,3 +248,64 @@ def test_count_blocks_equals_counting_the_pieces_and_is_cached() -> None:
     f, p = exact.count_blocks([Block(id="x", text=text, projection="view")])[0]
     assert f == len(encoding.encode_ordinary(block_piece("x", text, False)))
     assert p == len(encoding.encode_ordinary(block_piece("x", "view", True)))
+
+
+# ------------------------------------------------------------------- the estimate of Sonnet 5
+
+
+def _scaled_context(model: str) -> TokenCounter:
+    from context_assembly.core.request import PrepareRequest
+    from context_assembly.engine import model_context
+
+    return model_context(PrepareRequest(model=model), ModelRegistry.load()).counter
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "hi",
+        "hello world",
+        "The quick brown fox jumps over the lazy dog. " * 40,
+        "def f(x):\n    return x * 2\n" * 25,
+        '{"id": "call_8f3a9b2c", "arguments": {"city": "Paris", "days": 3}}' * 10,
+        "日本語のテキストと English が混ざった文章です。" * 12,
+    ],
+)
+def test_sonnet_5_counts_at_least_1_3_times_sonnet_4_5(text: str) -> None:
+    """Sonnet 5's newer tokenizer counts ~30% more than earlier Claude models on the same text:
+    its estimate is the earlier models' times 1.3, rounded up (integer, deterministic)."""
+    older = _scaled_context("claude-sonnet-4-5")
+    newer = _scaled_context("claude-sonnet-5-20260630")
+    assert older.name == newer.name == "estimate"
+    before, after = older.count(text), newer.count(text)
+    assert isinstance(after, int)
+    assert after >= 1.3 * before
+    assert after == -(-before * 13 // 10)  # exactly the ceiling, no float rounding
+    assert newer.count(text) == after
+
+
+def test_the_scaled_counter_counts_blocks_as_it_counts_pieces() -> None:
+    """``count_blocks`` of the scaled estimate is exactly its ``count`` of each piece, which the
+    selection relies on; without a projection the projected count stays -1."""
+    from fractions import Fraction
+
+    from context_assembly.core.counting import block_piece
+    from context_assembly.tokens.counter import ScaledCounter, estimate_counter
+
+    counter = estimate_counter(Fraction(13, 10))
+    assert isinstance(counter, ScaledCounter)
+    assert estimate_counter(Fraction(13, 10)) is counter
+    assert estimate_counter(Fraction(1)) is get_counter("estimate")
+    blocks = [
+        Block(id="a", text="A block of plain English text, long enough to pass 64 bytes."),
+        Block(id="b", text="Short.", projection="S."),
+    ]
+    assert counter.count_blocks(blocks) == [
+        (counter.count(block_piece("a", blocks[0].text, False)), -1),
+        (
+            counter.count(block_piece("b", "Short.", False)),
+            counter.count(block_piece("b", "S.", True)),
+        ),
+    ]
+    with pytest.raises(ValueError, match="under-count"):
+        ScaledCounter(get_counter("estimate"), Fraction(9, 10))

@@ -119,7 +119,8 @@ export interface paths {
         /**
          * List the model registry
          * @description The model registry: context window, output limit, tokenizer, framing overhead and
-         *     minimum cacheable prefix where known. Needs no key.
+         *     minimum cacheable prefix where known, and where each entry comes from (shipped, or a
+         *     `[models."name"]` table of the configuration). Needs no key.
          */
         get: operations["list_models"];
         put?: never;
@@ -324,6 +325,27 @@ export interface components {
             last: components["schemas"]["Observation"] | null;
         };
         /**
+         * AnchorReport
+         * @description `budget.anchored`: the part of the frame that repeats the previous turn's, counted with
+         *     the provider's own figure for that turn (its usage report).
+         */
+        AnchorReport: {
+            /** @description `estimated_tokens` minus `counted_tokens`: what anchoring took off the terms (negative when the provider counted more). */
+            correction_tokens: number;
+            /** @description What the shared part counts as: `provider_tokens` when `whole`, else the smaller of the two figures (a part of a frame is never more than the frame). */
+            counted_tokens: number;
+            /** @description The service's own count of the shared part (tools, leading message and the shared conversation). */
+            estimated_tokens: number;
+            /** @description The previous turn whose usage report anchors. */
+            preparation_id: string;
+            /** @description The provider's input count of the previous turn's frame (its `main` call). */
+            provider_tokens: number;
+            /** @description How many messages of this turn's conversation (history, then input) repeat the previous turn's. */
+            shared_messages: number;
+            /** @description Whether this turn's conversation repeats all of the previous turn's: the shared part then counts as the provider counted the whole previous frame. */
+            whole: boolean;
+        };
+        /**
          * AssemblyOptions
          * @description How the frame is assembled: the data limits, the layout, the contributors' deadline.
          */
@@ -331,11 +353,11 @@ export interface components {
             /** @description Whether the oldest history may be dropped when the frame does not fit. */
             history_policy?: components["schemas"]["HistoryPolicy"];
             /**
-             * @description `legacy`: one leading system message with the instructions, the legacy views and the date line. `stable-prefix`: the system message holds only the instructions and tools are sorted by name, so the prefix stays the same from turn to turn; the legacy views and the date line follow the history in a developer message.
+             * @description `legacy`: one leading system message with the instructions, the legacy views and the date line. `stable-prefix`: the system message holds only the instructions and tools are sorted by name, so the prefix stays the same from turn to turn; the legacy views and the date line go in a developer message. `transcript`: as `stable-prefix`, but the developer and data messages of earlier turns of the scope stay where they stood, so each turn's frame begins with the previous turn's; new data is sent as what the transcript does not hold yet. The service's per-turn messages stand right before the latest user turn (`selection.placement`), never between a tool call and its results.
              * @default legacy
              * @enum {string}
              */
-            layout?: "legacy" | "stable-prefix";
+            layout?: "legacy" | "stable-prefix" | "transcript";
             /**
              * @description The longest text or projection a block may have, in characters.
              * @default 65536
@@ -440,9 +462,12 @@ export interface components {
         /**
          * BudgetReport
          * @description The token budget: the window, each term of the frame, the reserves and the data limit.
-         *     The terms add up to `total_input_tokens`; every count includes its message framing.
+         *     The terms add up to `total_input_tokens` (less `anchored.correction_tokens` when the count
+         *     is anchored); every count includes its message framing.
          */
         BudgetReport: {
+            /** @description The anchoring on the previous turn's usage report (only when `count_source` is `anchored`). */
+            anchored?: components["schemas"]["AnchorReport"] | null;
             /** @description The model's context window, in tokens. */
             capacity: number;
             /**
@@ -450,10 +475,14 @@ export interface components {
              * @enum {string}
              */
             capacity_source: "host" | "provider" | "registry" | "fallback";
+            /** @description Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported. */
+            count_source?: ("exact" | "anchored" | "estimate") | null;
             /** @description The data message's limit: the smaller of `max_data_tokens` and `remaining_tokens`. */
             data_limit_tokens: number;
             /** @description The data message as sent (0 without one). */
             data_tokens: number;
+            /** @description How many of `total_input_tokens` are estimated (the error bound: the estimate is meant to be over, never under, the provider's count); 0 when `exact`. */
+            estimated_tokens?: number | null;
             /** @description History messages `history_policy` dropped to fit. */
             history_dropped_messages: number;
             /** @description The history as sent (the provider's count for a native history). */
@@ -498,10 +527,10 @@ export interface components {
          */
         CacheBreakpoint: {
             /**
-             * @description What the marker ends: `tools` (the last tool definition), `instructions` (the leading system content) or `history` (the last history message).
+             * @description What the marker ends: `tools` (the last tool definition), `instructions` (the leading system content), `history` (the last message of the stable prefix: in `transcript`, the previous turn's frame) or `end` (the frame's last message, `transcript` only).
              * @enum {string}
              */
-            after: "tools" | "instructions" | "history";
+            after: "tools" | "instructions" | "history" | "end";
             /** @description The frame index of the message the marker ends (absent for `tools`). */
             message?: number | null;
             /** @description The tokens of the prefix up to and including it. */
@@ -525,7 +554,7 @@ export interface components {
             breakpoints?: boolean;
             /** @description OpenAI renders: the body's `prompt_cache_key`, this string or, for `auto`, one derived from tenant and scope (the same for every turn of the scope, never the scope's values). */
             key?: string | null;
-            /** @description The turn to compare with. Absent: the latest preparation of the same tenant and scope. `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`). */
+            /** @description The turn to compare with. Absent: the latest preparation of the same tenant and scope (a first turn without an explicit `scope`). `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`). */
             previous_preparation_id?: string | null;
             /** @description OpenAI renders: the body's `prompt_cache_retention`. */
             retention?: ("in_memory" | "24h") | null;
@@ -660,7 +689,7 @@ export interface components {
              */
             keep_last_messages?: number;
             /**
-             * @description `none`: the history stays whole, and a frame that cannot fit is `CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call with its results) until it fits.
+             * @description `none`: the history stays whole, and a frame that cannot fit is `CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call with its results) until it fits; never the latest user turn or what follows it.
              * @default none
              * @enum {string}
              */
@@ -676,7 +705,7 @@ export interface components {
              * @constant
              */
             code: "unknown_model";
-            /** @description The same in words, naming the model. */
+            /** @description The same in words, naming the model and the known names nearest to it. */
             detail: string;
         };
         /**
@@ -710,12 +739,19 @@ export interface components {
         };
         /**
          * ModelInfo
-         * @description One model of the registry; a request's model resolves to the entry whose name is the
-         *     longest prefix of it.
+         * @description One model of the registry. A request's model resolves to the entry of that name or alias,
+         *     or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
+         *     any other name is unknown.
          */
         ModelInfo: {
+            /** @description Other names that resolve to this entry. */
+            aliases: string[];
+            /** @description The date (YYYY-MM-DD) the figures were read (`null`: a configured entry that names none). */
+            checked: string | null;
             /** @description Its context window, in tokens. */
             context_window: number | null;
+            /** @description The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens. */
+            estimate_scale: number;
             /** @description The most tokens it may answer. */
             max_output_tokens: number | null;
             /** @description The shortest prefix the provider caches, in tokens (`null`: unknown or none). */
@@ -724,8 +760,15 @@ export interface components {
             name: string;
             /** @description Its provider. */
             provider: string;
+            /** @description The page the figures were read from (`null`: a configured entry that names none). */
+            read_from: string | null;
             /** @description The tokens that prime the reply, once per request. */
             reply_priming: number;
+            /**
+             * @description `shipped`: the registry of the service's release. `configured`: a `[models."name"]` table of the configuration, which adds this entry or replaces the shipped one of the same name.
+             * @enum {string}
+             */
+            source: "shipped" | "configured";
             /** @description `o200k_base`, `cl100k_base`, or `estimate` (no public tokenizer: counts are conservative and not exact). */
             tokenizer: string;
             /** @description The framing tokens of each message. */
@@ -877,6 +920,18 @@ export interface components {
             tokens: number;
         };
         /**
+         * Placement
+         * @description `selection.placement`: where the service's own per-turn messages stand in the frame.
+         */
+        Placement: {
+            /** @description How many messages the service put there (0 to 2): the developer message and the data message, each only when it has content. */
+            count: number;
+            /** @description The index, in the neutral frame's messages, where the service's per-turn messages stand (the developer message of `stable-prefix`, then the data message): immediately before the latest user turn. Everything before it is the stable prefix. */
+            index: number;
+            /** @description The index in the neutral frame's messages of the latest user turn's first message, which follows them; `null` when the conversation has no user message (the service's messages then open the conversation). */
+            latest_user_turn: number | null;
+        };
+        /**
          * Plugin
          * @description A plugin of the host: its instructions, and its legacy content view unless a source of
          *     this request (a contributor, an inline contribution or the whiteboard) replaces it.
@@ -957,7 +1012,7 @@ export interface components {
                 [key: string]: unknown;
             })[] | components["schemas"]["NativeHistory"];
             /**
-             * @description This turn's messages (the shapes `history` takes), placed last.
+             * @description This turn's messages (the shapes `history` takes), after `history`. Tool calls and results must pair up across both (a `422` names the message and call id).
              * @default []
              */
             input?: (components["schemas"]["Message"] | {
@@ -1045,7 +1100,7 @@ export interface components {
              * @description The frame's layout.
              * @enum {string}
              */
-            layout: "legacy" | "stable-prefix";
+            layout: "legacy" | "stable-prefix" | "transcript";
             /** @description The model the frame is for (with `models`: the chosen one). */
             model: string;
             /** @description `sha256:` of the stable prefix: the model, the tools in frame order and the leading messages; validate recomputes it from the frame. */
@@ -1242,9 +1297,11 @@ export interface components {
              * @description The frame's layout.
              * @enum {string}
              */
-            layout: "legacy" | "stable-prefix";
+            layout: "legacy" | "stable-prefix" | "transcript";
             /** @description The request's `assembly.max_data_tokens`. */
             max_data_tokens: number;
+            /** @description The name of the registry entry (`GET /v1/models`) the model resolved to, by its name, an alias or a dated snapshot of one: the window, output limit, tokenizer and framing the counts used. `null` when the model is not in the registry (`unknown_model`). */
+            model_entry?: string | null;
             /**
              * @description True when the provider holds the history (absent otherwise).
              * @default false
@@ -1254,6 +1311,8 @@ export interface components {
             opaque_or_multimodal: boolean;
             /** @description The output limit a provider-shaped frame carries (absent for `neutral`). */
             output_limit?: components["schemas"]["OutputLimit"] | null;
+            /** @description Where the service's own per-turn messages stand in the frame (absent in records stored before it was reported). */
+            placement?: components["schemas"]["Placement"] | null;
             /** @description The reasoning reserve. */
             reasoning_reserve_tokens: number;
             /** @description How routing chose the model (only with `models`). */
@@ -1282,12 +1341,30 @@ export interface components {
              * @description Where the marker would have gone.
              * @enum {string}
              */
-            after: "tools" | "instructions" | "history";
+            after: "tools" | "instructions" | "history" | "end";
             /**
              * @description `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes.
              * @enum {string}
              */
             reason: "below_minimum" | "unstable_in_layout" | "limit";
+        };
+        /**
+         * SourceFailureReport
+         * @description Why a source failed: the cause's name, the same in words, and the HTTP status or the
+         *     field path when there is one. Never a part of the contributor's answer.
+         */
+        SourceFailureReport: {
+            /**
+             * @description What happened. The connection: `connect_refused`, `connect_failed`, `name_resolution`, `tls`, `tls_certificate`, `connection_reset`, `connection_closed`, `protocol_error`, `transport_refused`, `transport_error`. Time: `timeout` (the deadline passed first), `no_time_left` (the call was not sent). The answer: `http_status` (not 2xx, a redirect included; see `status`), `content_type`, `content_encoding`, `too_large`, `invalid_json`, `invalid_answer` (not the protocol's shape; see `field`), `block_rules` (its blocks break the block rules; see `field`). MCP servers: `jsonrpc_error`, `tool_error`, `protocol_version`, `session_lost`, `no_answer`. Inline URLs: `url_rejected`. `internal_error`: a bug of the service, logged as `internal_error`.
+             * @enum {string}
+             */
+            cause: "connect_refused" | "connect_failed" | "name_resolution" | "tls" | "tls_certificate" | "connection_reset" | "connection_closed" | "protocol_error" | "transport_refused" | "transport_error" | "timeout" | "no_time_left" | "http_status" | "content_type" | "content_encoding" | "too_large" | "invalid_json" | "invalid_answer" | "block_rules" | "jsonrpc_error" | "tool_error" | "protocol_version" | "session_lost" | "no_answer" | "url_rejected" | "internal_error";
+            /** @description The same in words (`HTTP 503`, `deadline reached while reading the body`, `schema: blocks.0.id: Input should be a valid string`); it never quotes the answer. */
+            detail: string;
+            /** @description The path of the offending field in the answer, dotted (`blocks.0.id`), for `invalid_answer` and `block_rules` when one field is at fault; absent otherwise. */
+            field?: string | null;
+            /** @description The HTTP status the contributor answered (`http_status`, and a `jsonrpc_error` that came with a status other than 2xx); absent otherwise. */
+            status?: number | null;
         };
         /**
          * SourceReport
@@ -1298,6 +1375,8 @@ export interface components {
             block_count: number;
             /** @description How long the source took, in milliseconds. */
             duration_ms: number;
+            /** @description Why the source failed, for a failed contributor left out under `omit` (absent otherwise). */
+            failure?: components["schemas"]["SourceFailureReport"] | null;
             /**
              * @description `webhook` (a contributor of the webhook protocol), `mcp` (an MCP server), `inline` (a contribution) or `whiteboard`.
              * @enum {string}
@@ -1534,6 +1613,7 @@ export interface components {
     pathItems: never;
 }
 export type AccountingReport = components['schemas']['AccountingReport'];
+export type AnchorReport = components['schemas']['AnchorReport'];
 export type AssemblyOptions = components['schemas']['AssemblyOptions'];
 export type Block = components['schemas']['Block'];
 export type BlockReport = components['schemas']['BlockReport'];
@@ -1558,6 +1638,7 @@ export type NativePart = components['schemas']['NativePart'];
 export type Observation = components['schemas']['Observation'];
 export type OpaquePart = components['schemas']['OpaquePart'];
 export type OutputLimit = components['schemas']['OutputLimit'];
+export type Placement = components['schemas']['Placement'];
 export type Plugin = components['schemas']['Plugin'];
 export type PreparationView = components['schemas']['PreparationView'];
 export type PrepareRequest = components['schemas']['PrepareRequest'];
@@ -1572,6 +1653,7 @@ export type RoutingReport = components['schemas']['RoutingReport'];
 export type Scope = components['schemas']['Scope'];
 export type SelectionReport = components['schemas']['SelectionReport'];
 export type SkippedBreakpoint = components['schemas']['SkippedBreakpoint'];
+export type SourceFailureReport = components['schemas']['SourceFailureReport'];
 export type SourceReport = components['schemas']['SourceReport'];
 export type TextPart = components['schemas']['TextPart'];
 export type Timeline = components['schemas']['Timeline'];

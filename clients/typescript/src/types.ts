@@ -8,6 +8,7 @@
 export type { components, paths } from "./openapi.js";
 export type {
   AccountingReport,
+  AnchorReport,
   AssemblyOptions,
   Block,
   BlockReport,
@@ -32,6 +33,7 @@ export type {
   Observation,
   OpaquePart,
   OutputLimit,
+  Placement,
   Plugin,
   PreparationView,
   PrepareRequest,
@@ -46,6 +48,7 @@ export type {
   Scope,
   SelectionReport,
   SkippedBreakpoint,
+  SourceFailureReport,
   SourceReport,
   TextPart,
   Timeline,

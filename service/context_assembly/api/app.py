@@ -76,7 +76,8 @@ def create_app(
     reload that file (``api/reload.py``).
     """
     metrics = Metrics()
-    registry = ModelRegistry.load()
+    # The shipped registry with the configuration's [models."name"] entries (a reload rebuilds it).
+    registry = ModelRegistry.load().with_configured(settings.models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,7 +105,7 @@ def create_app(
             settings,
             the_store,
             the_client,
-            registry,
+            app.state.registry,
             resolver=resolver,
             clock=clock,
             cache_key_secret=key_secret,

@@ -1,6 +1,6 @@
 """The human view of one preparation: the window as a stacked bar and a table whose parts add up
 to the capacity, the cache plan and how the turn fared against the previous one, decisions with
-reasons and dependencies, sources, hashes and accounting.
+reasons and dependencies, sources (a failed one with its cause), hashes and accounting.
 
 HTML for browsers (``Accept: text/html``), plain text otherwise. It shows ids, names, statuses,
 reasons and token counts only: the stored record has no block bodies, instructions or history
@@ -27,7 +27,7 @@ from context_assembly.api.turn_words import (
     expected_words,
     reported_words,
 )
-from context_assembly.core.result import BudgetReport, CacheReport
+from context_assembly.core.result import BudgetReport, CacheReport, SourceFailureReport
 from context_assembly.lifecycle_models import PreparationView
 from context_assembly.preparations.operations import Breakdown
 
@@ -77,6 +77,14 @@ def parts(budget: BudgetReport, legacy_views: list[str] | None) -> list[Part]:
         Part("reasoning reserve", b.reasoning_reserve_tokens, "Q", "#cf222e"),
     ]
     return [part for part in found if part.tokens > 0]
+
+
+def failure_words(failure: SourceFailureReport) -> str:
+    """A failed source's cause in one line: its name, the HTTP status or the field path, then
+    the words (``http_status 503: HTTP 503``, ``invalid_answer at blocks.0.id: schema: ...``)."""
+    where = f" {failure.status}" if failure.status is not None else ""
+    where += f" at {failure.field}" if failure.field is not None else ""
+    return shown(f"{failure.cause}{where}: {failure.detail}")
 
 
 def unused(budget: BudgetReport) -> int:
@@ -352,6 +360,8 @@ def render_text(data: Breakdown) -> str:
             f"  {shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
             f"{source.block_count} blocks"
         )
+        if source.failure is not None:
+            lines += _wrapped(failure_words(source.failure), "    failed: ", " " * 12)
     lines += ["", "cache:"]
     for fact in cache_facts(data):
         if fact.text:
@@ -472,6 +482,7 @@ def render_html(data: Breakdown) -> str:
         + cell("status", e(s.status))
         + cell("ms", f"{s.duration_ms:.1f}", "n")
         + cell("blocks", str(s.block_count), "n")
+        + cell("cause", "" if s.failure is None else e(failure_words(s.failure)))
         + "</tr>"
         for s in view.selection.sources
     )
@@ -504,7 +515,8 @@ def render_html(data: Breakdown) -> str:
     )
     sources = (
         "<div class=scroll><table id=sources class=cards><tr><th>source</th><th>kind</th>"
-        f"<th>status</th><th class=n>ms</th><th class=n>blocks</th></tr>{source_rows}</table></div>"
+        "<th>status</th><th class=n>ms</th><th class=n>blocks</th><th>cause</th></tr>"
+        f"{source_rows}</table></div>"
         if view.selection.sources
         else "<p>No source in this request.</p>"
     )

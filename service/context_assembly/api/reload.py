@@ -1,6 +1,7 @@
 """Configuration reload without a restart: ``SIGHUP`` or ``POST /v1/admin/reload``.
 
-What reloads: API keys, registered contributors, the inline-URL allowlist and limits. What does
+What reloads: API keys, registered contributors, the inline-URL allowlist, limits and the model
+entries of ``[models."name"]`` (the registry is rebuilt from the shipped one). What does
 not: ``[server]``, ``[store]`` and ``[cache]`` (a new bind, store or cache-key secret needs a
 restart); a file that changes them
 is refused like an invalid one. A refused reload changes nothing: the running configuration
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.config import Settings, explain, load_settings
+from context_assembly.tokens.registry import ModelRegistry
 
 log = structlog.get_logger("context_assembly.reload")
 
@@ -111,13 +113,16 @@ def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
         )
         log.warning("config_reload_refused", errors=result.errors)
         return result
+    registry = ModelRegistry.load().with_configured(new.models)
     app.state.auth = Authenticator(new.auth)
-    app.state.preparations.reconfigure(new)
+    app.state.preparations.reconfigure(new, registry)
+    app.state.registry = registry
     app.state.settings = new
     log.info(
         "config_reloaded",
         contributors=len(new.contributors),
         keys=len(new.auth.keys),
         inline_prefixes=len(new.inline_urls.allow),
+        models=len(new.models),
     )
     return ReloadResult(True, [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -688,17 +688,36 @@ def _qualities(accept: str) -> tuple[float, float, float]:
 
 
 class ModelInfo(BaseModel):
-    """One model of the registry; a request's model resolves to the entry whose name is the
-    longest prefix of it."""
+    """One model of the registry. A request's model resolves to the entry of that name or alias,
+    or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
+    any other name is unknown."""
 
     model_config = ConfigDict(json_schema_extra=wire_schema)
     name: str = Field(description="The model's name.")
+    aliases: list[str] = Field(description="Other names that resolve to this entry.")
+    source: Literal["shipped", "configured"] = Field(
+        description="`shipped`: the registry of the service's release. `configured`: a "
+        '`[models."name"]` table of the configuration, which adds this entry or replaces the '
+        "shipped one of the same name."
+    )
+    read_from: str | None = Field(
+        description="The page the figures were read from (`null`: a configured entry that "
+        "names none)."
+    )
+    checked: str | None = Field(
+        description="The date (YYYY-MM-DD) the figures were read (`null`: a configured entry "
+        "that names none)."
+    )
     provider: str = Field(description="Its provider.")
     context_window: int | None = Field(description="Its context window, in tokens.")
     max_output_tokens: int | None = Field(description="The most tokens it may answer.")
     tokenizer: str = Field(
         description="`o200k_base`, `cl100k_base`, or `estimate` (no public tokenizer: counts are "
         "conservative and not exact)."
+    )
+    estimate_scale: float = Field(
+        description="The factor on the conservative estimate (1 unless the model's tokenizer "
+        "counts more than the estimator allows for); it also scales the framing tokens."
     )
     tokens_per_message: int = Field(description="The framing tokens of each message.")
     tokens_per_name: int = Field(description="The tokens a message's `name` adds.")
@@ -731,24 +750,31 @@ class ModelList(BaseModel):
 )
 async def models(request: Request) -> ModelList:
     """The model registry: context window, output limit, tokenizer, framing overhead and
-    minimum cacheable prefix where known. Needs no key."""
+    minimum cacheable prefix where known, and where each entry comes from (shipped, or a
+    `[models."name"]` table of the configuration). Needs no key."""
     from context_assembly.core.budget import FALLBACK_CAPACITY
 
     registry: ModelRegistry = request.app.state.registry
     items = [
         ModelInfo(
             name=p.name,
+            aliases=list(item.entry.aliases),
+            source=item.origin,
+            read_from=item.entry.source,
+            checked=item.entry.checked,
             provider=p.provider,
             context_window=p.context_window,
             max_output_tokens=p.max_output_tokens,
             tokenizer=p.tokenizer,
+            estimate_scale=p.estimate_scale,
             tokens_per_message=p.tokens_per_message,
             tokens_per_name=p.tokens_per_name,
             reply_priming=p.reply_priming,
             tokens_per_tool=p.tokens_per_tool,
             min_cacheable_prefix=p.min_cacheable_prefix,
         )
-        for p in registry.all()
+        for item in registry.entries()
+        for p in (item.profile,)
     ]
     return ModelList(models=items, fallback_context_window=FALLBACK_CAPACITY)
 

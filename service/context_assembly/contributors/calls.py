@@ -11,9 +11,12 @@ Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (the dead
 from the contributor); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
 ``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
 ``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
-time left to send). A ``cause`` says what happened without quoting the body. An exception of the
-service's own code settles the call as ``error`` too (cause ``unexpected <type>``), and is logged
-and counted as the bug it is (:func:`_report_bug`).
+time left to send). A failure is also classified once, where it is seen, as a
+:class:`~context_assembly.core.sources.SourceFailure`: a cause's name (``connect_refused``,
+``timeout``, ``http_status`` with the status, ``invalid_answer`` with the path of the field...)
+and the same in words (the outcome's ``cause``), which never quote the body. An exception of the
+service's own code settles the call as ``error`` too (cause ``internal_error``, in words
+``unexpected <type>``), and is logged and counted as the bug it is (:func:`_report_bug`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from context_assembly.core.request import (
     Scope,
     finite_revision,
 )
+from context_assembly.core.sources import SourceFailure
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 from context_assembly.metrics import InternalErrorSite, count_internal_error
 
@@ -69,6 +73,7 @@ TargetKind = Literal["registered", "inline"]
 # A call with less time than this left before the deadline is not sent: ``skipped_deadline``.
 MIN_SEND_SECONDS = 0.001
 SKIPPED_CAUSE = "no time left before the deadline"
+SKIPPED_FAILURE = SourceFailure("no_time_left", SKIPPED_CAUSE)
 
 _DEADLINE_STATUSES = frozenset({"timeout", "skipped_deadline"})
 _UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for Revision's members
@@ -114,11 +119,20 @@ class ContributorOutcome:
     cause: str | None = None
     # Items of an MCP answer that did not become blocks (binary contents), with the reason.
     skipped: tuple[Skipped, ...] = ()
+    # The failure classified (``cause`` is its ``detail``); ``None`` for an ``ok`` outcome.
+    failure: SourceFailure | None = None
 
     @property
     def ok(self) -> bool:
         """Whether the contributor answered in time with a valid ``{revision, blocks}``."""
         return self.status == "ok"
+
+    @classmethod
+    def failed(
+        cls, source: str, status: Status, duration_ms: float, failure: SourceFailure
+    ) -> ContributorOutcome:
+        """A failed call's outcome: its status, and ``failure`` with its words as the cause."""
+        return cls(source, status, duration_ms, cause=failure.detail, failure=failure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,16 +182,17 @@ class _Exchange:
     status: Status
     duration_ms: float
     body: bytes | None = None
-    cause: str | None = None
+    failure: SourceFailure | None = None
 
 
 class _Failure(Exception):
     """A settled non-ok result raised out of the response reader."""
 
-    def __init__(self, status: Status, cause: str) -> None:
-        super().__init__(cause)
+    def __init__(self, status: Status, failure: SourceFailure) -> None:
+        super().__init__(failure.detail)
         self.status = status
-        self.cause = cause
+        self.failure = failure
+        self.cause = failure.detail
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -189,57 +204,72 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _classify(exc: BaseException) -> tuple[Status, str]:
-    """Status and cause of a transport exception, judged by the exceptions in its chain."""
+def _classify(exc: BaseException) -> tuple[Status, SourceFailure]:
+    """Status and failure of a transport exception, judged by the exceptions in its chain."""
     chain = _chain(exc)
 
     def has(*types: type[BaseException]) -> bool:
         return any(isinstance(e, types) for e in chain)
 
     if has(ConnectionRefusedError):
-        return "error", "connect refused"
+        return "error", SourceFailure("connect_refused", "connect refused")
     if has(aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError):
-        return "error", "TLS certificate verification failed"
+        return "error", SourceFailure("tls_certificate", "TLS certificate verification failed")
     if has(aiohttp.ClientSSLError, ssl.SSLError):
-        return "error", "TLS error"
+        return "error", SourceFailure("tls", "TLS error")
     if has(aiohttp.ClientConnectorDNSError, socket.gaierror):
-        return "error", "name resolution failed"
+        return "error", SourceFailure("name_resolution", "name resolution failed")
     if has(ConnectionResetError):
-        return "error", "connection reset"
+        return "error", SourceFailure("connection_reset", "connection reset")
     if has(aiohttp.ServerDisconnectedError):
-        return "error", "server closed the connection"
+        return "error", SourceFailure("connection_closed", "server closed the connection")
     if has(aiohttp.ClientPayloadError):
-        return "error", "connection closed before the body was complete"
+        return "error", SourceFailure(
+            "connection_closed", "connection closed before the body was complete"
+        )
     if has(aiohttp.ClientResponseError):
-        return "error", "HTTP protocol error"
+        return "error", SourceFailure("protocol_error", "HTTP protocol error")
     if has(aiohttp.ClientConnectorError):
-        return "error", "connect failed"
+        return "error", SourceFailure("connect_failed", "connect failed")
     if has(PinRefusedError):
-        return "error", "request refused by the transport"
-    return "error", f"transport error ({type(exc).__name__})"
+        return "error", SourceFailure("transport_refused", "request refused by the transport")
+    return "error", SourceFailure("transport_error", f"transport error ({type(exc).__name__})")
 
 
 def _check_head(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
     if 300 <= code < 400:
-        raise _Failure("error", f"HTTP {code} redirect (not followed)")
+        raise _Failure(
+            "error", SourceFailure("http_status", f"HTTP {code} redirect (not followed)", code)
+        )
     if code == 504:
         # Gateway Timeout: the contributor (our helper answers so at X-Contributor-Timeout-Ms)
         # or a gateway before it ran out of the time it was given. A deadline failure, like our
         # own timer's, whichever of the two is seen first.
-        raise _Failure("timeout", "HTTP 504: the contributor reported its deadline")
+        raise _Failure(
+            "timeout",
+            SourceFailure("http_status", "HTTP 504: the contributor reported its deadline", code),
+        )
     if not 200 <= code < 300:
-        raise _Failure("error", f"HTTP {code}")
+        raise _Failure("error", SourceFailure("http_status", f"HTTP {code}", code))
     encoding = headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
-        raise _Failure("invalid", "compressed body (content-encoding) not accepted")
+        raise _Failure(
+            "invalid",
+            SourceFailure("content_encoding", "compressed body (content-encoding) not accepted"),
+        )
     content_type = headers.get("content-type")
     if content_type is not None:
         mime = content_type.split(";", 1)[0].strip().lower()
         if mime != "application/json" and not mime.endswith("+json"):
-            raise _Failure("invalid", "content-type is not JSON")
+            raise _Failure("invalid", SourceFailure("content_type", "content-type is not JSON"))
     length = headers.get("content-length")
     if length is not None and length.strip().isdigit() and int(length) > max_bytes:
-        raise _Failure("too_large", f"Content-Length {int(length)} over the {max_bytes}-byte cap")
+        raise _Failure(
+            "too_large",
+            SourceFailure(
+                "too_large", f"Content-Length {int(length)} over the {max_bytes}-byte cap"
+            ),
+        )
 
 
 async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> bytes:
@@ -250,7 +280,9 @@ async def _read_capped(response: aiohttp.ClientResponse, max_bytes: int) -> byte
     async for chunk in response.content.iter_any():
         if len(buffer) + len(chunk) > max_bytes:
             del buffer, chunk
-            raise _Failure("too_large", f"body over the {max_bytes}-byte cap")
+            raise _Failure(
+                "too_large", SourceFailure("too_large", f"body over the {max_bytes}-byte cap")
+            )
         buffer += chunk
     return bytes(buffer)
 
@@ -282,10 +314,12 @@ async def _exchange(
     started = clock()
     remaining = deadline_monotonic - started
     if remaining < MIN_SEND_SECONDS:
-        return _Exchange("skipped_deadline", 0.0, cause=SKIPPED_CAUSE)
+        return _Exchange("skipped_deadline", 0.0, failure=SKIPPED_FAILURE)
 
-    def settled(status: Status, cause: str | None = None, data: bytes | None = None) -> _Exchange:
-        return _Exchange(status, (clock() - started) * 1000.0, data, cause)
+    def settled(
+        status: Status, failure: SourceFailure | None = None, data: bytes | None = None
+    ) -> _Exchange:
+        return _Exchange(status, (clock() - started) * 1000.0, data, failure)
 
     headers = _call_headers(target, msg_id, body, remaining)
     url = target.url if target.checked is None else target.checked.url
@@ -303,44 +337,64 @@ async def _exchange(
                 raise
             response.release()
     except _Failure as failure:
-        return settled(failure.status, failure.cause)
+        return settled(failure.status, failure.failure)
     except TimeoutError as exc:
         if deadline.expired():
-            return settled("timeout", f"deadline reached while {phase}")
+            return settled("timeout", SourceFailure("timeout", f"deadline reached while {phase}"))
         return settled(*_classify(exc))
     except (aiohttp.ClientError, OSError) as exc:
         return settled(*_classify(exc))
     return settled("ok", data=data)
 
 
-def _schema_cause(err: ValidationError) -> str:
-    """``schema: blocks.3.priority: Input should be a valid integer``.
+def _schema_locations(err: ValidationError) -> list[tuple[list[str], str]]:
+    """Each distinct location of ``err`` as its parts, with its message, in pydantic's order.
 
     No body text: inputs are excluded, and the one location part that comes from the body (the
     name of an unexpected member) is replaced by ``<unknown field>``. Union member tags
     (``revision.str``) are dropped so that one bad revision is one entry.
     """
-    parts: list[str] = []
+    found: list[tuple[list[str], str]] = []
     seen: set[str] = set()
     for item in err.errors(include_input=False, include_url=False):
-        loc_parts = [p for p in item["loc"] if p not in _UNION_TAGS]
+        loc_parts = [str(p) for p in item["loc"] if p not in _UNION_TAGS]
         if item["type"] == "extra_forbidden" and loc_parts:
             loc_parts[-1] = "<unknown field>"
-        loc = ".".join(str(p) for p in loc_parts) or "(root)"
+        loc = ".".join(loc_parts)
         if loc in seen:
             continue
         seen.add(loc)
-        parts.append(f"{loc}: {item['msg']}")
-    extra = len(seen) - 3
+        found.append((loc_parts, item["msg"]))
+    return found
+
+
+def _schema_cause(err: ValidationError) -> str:
+    """``schema: blocks.3.priority: Input should be a valid integer`` (at most three
+    locations; :func:`_schema_locations` says what is left out)."""
+    found = _schema_locations(err)
+    parts = [f"{'.'.join(loc) or '(root)'}: {msg}" for loc, msg in found]
+    extra = len(found) - 3
     text = "; ".join(parts[:3]) + (f" (and {extra} more)" if extra > 0 else "")
     return f"schema: {text}"
+
+
+def _schema_failure(err: ValidationError) -> SourceFailure:
+    """``invalid_answer``, the :func:`_schema_cause` words, and the path of the first offending
+    field (an unexpected member: the object that holds it); none for the answer as a whole."""
+    found = _schema_locations(err)
+    loc = found[0][0] if found else []
+    if loc and loc[-1] == "<unknown field>":
+        loc = loc[:-1]
+    return SourceFailure("invalid_answer", _schema_cause(err), field=".".join(loc) or None)
 
 
 def _parse_json(data: bytes) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as err:
-        raise _Failure("invalid", f"invalid JSON at char {err.pos}") from err
+        raise _Failure(
+            "invalid", SourceFailure("invalid_json", f"invalid JSON at char {err.pos}")
+        ) from err
 
 
 def _parse_answer(data: bytes) -> ContributorAnswer:
@@ -380,8 +434,9 @@ async def _contribute_one(
             client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
         )
         if result.status != "ok" or result.body is None:
-            return ContributorOutcome(
-                target.source, result.status, result.duration_ms, cause=result.cause
+            failure = result.failure or SourceFailure("internal_error", "no answer body")
+            return ContributorOutcome.failed(
+                target.source, result.status, result.duration_ms, failure
             )
         return _answer_outcome(target.source, result.body, result.duration_ms)
     except Exception as exc:  # one contributor's surprise must never sink the whole fan-out
@@ -415,16 +470,15 @@ def _answer_outcome(source: str, data: bytes, duration_ms: float) -> Contributor
     try:
         answer = _parse_answer(data)
     except ValidationError as err:
-        return ContributorOutcome(source, "invalid", duration_ms, cause=_schema_cause(err))
+        return ContributorOutcome.failed(source, "invalid", duration_ms, _schema_failure(err))
     except _Failure as failure:
-        return ContributorOutcome(source, failure.status, duration_ms, cause=failure.cause)
+        return ContributorOutcome.failed(source, failure.status, duration_ms, failure.failure)
     return ContributorOutcome(source, "ok", duration_ms, answer.revision, tuple(answer.blocks))
 
 
 def _unexpected(source: str, exc: Exception, duration_ms: float) -> ContributorOutcome:
-    return ContributorOutcome(
-        source, "error", duration_ms, cause=f"unexpected {type(exc).__name__}"
-    )
+    failure = SourceFailure("internal_error", f"unexpected {type(exc).__name__}")
+    return ContributorOutcome.failed(source, "error", duration_ms, failure)
 
 
 def _report_bug(where: InternalErrorSite, source: str, exc: Exception) -> None:

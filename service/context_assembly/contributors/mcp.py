@@ -62,12 +62,12 @@ from pydantic import BaseModel, ValidationError
 from context_assembly import __version__
 from context_assembly.contributors.calls import (
     MIN_SEND_SECONDS,
-    SKIPPED_CAUSE,
+    SKIPPED_FAILURE,
     ContributorOutcome,
     PacketFields,
     Status,
     _classify,
-    _schema_cause,
+    _schema_failure,
 )
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.mcp_exchange import (
@@ -162,7 +162,7 @@ def _model(cls: type[M], data: dict[str, Any] | None) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
-        raise McpFailure("invalid", _schema_cause(err)) from err
+        raise McpFailure("invalid", _schema_failure(err)) from err
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -210,9 +210,9 @@ async def _settle(flow: Callable[[], Coroutine[Any, Any, T]], remaining: float) 
     except (McpFailure, TimeoutError, aiohttp.ClientError, OSError) as exc:
         _released(exc)
         if isinstance(exc, McpFailure):
-            return McpFailure(exc.status, exc.cause)
+            return McpFailure(exc.status, exc.failure)
         if isinstance(exc, TimeoutError) and deadline.expired():
-            return McpFailure("timeout", "deadline reached")
+            return McpFailure.of("timeout", "timeout", "deadline reached")
         return McpFailure(*_classify(exc))
 
 
@@ -260,7 +260,7 @@ class McpEndpoint:
         started = clock()
         remaining = deadline_monotonic - started
         if remaining < MIN_SEND_SECONDS:
-            return ContributorOutcome(source, "skipped_deadline", 0.0, cause=SKIPPED_CAUSE)
+            return ContributorOutcome.failed(source, "skipped_deadline", 0.0, SKIPPED_FAILURE)
         # The wall time the deadline was set from, read off the same clock (no second clock).
         now_ms = packet_fields.deadline_unix_ms - int(remaining * 1000)
         text = latest_user_text(packet_fields.input)
@@ -271,7 +271,7 @@ class McpEndpoint:
             )
         duration_ms = (clock() - started) * 1000.0
         if isinstance(result, McpFailure):
-            return ContributorOutcome(source, result.status, duration_ms, cause=result.cause)
+            return ContributorOutcome.failed(source, result.status, duration_ms, result.failure)
         revision, mapped = result
         if mapped.skipped:
             log.info(
@@ -345,7 +345,7 @@ class McpEndpoint:
         params = {"name": tool, "arguments": arguments}
         result = _model(CallToolResult, await self._request(client, budget, "tools/call", params))
         if result.is_error:
-            raise McpFailure("error", "the tool answered with isError")
+            raise McpFailure.of("error", "tool_error", "the tool answered with isError")
         return result
 
     async def _list(self, client: ContributorClient, budget: ByteBudget) -> dict[str, Resource]:
@@ -447,7 +447,11 @@ class McpEndpoint:
         answer = await post(client, self.spec.url, self.pin, request, self._headers(None), budget)
         result = _model(InitializeResult, answer.result)
         if result.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
-            raise McpFailure("error", "the server chose a protocol version this client lacks")
+            raise McpFailure.of(
+                "error",
+                "protocol_version",
+                "the server chose a protocol version this client lacks",
+            )
         session = _Session(
             answer.session_id, result.protocol_version, result.capabilities.resources is not None
         )
@@ -488,9 +492,9 @@ class McpEndpoint:
                     self._announce_cancel(client, session, request.id)
                 raise
             if answer.result is None:  # pragma: no cover - post returns a result for a request
-                raise McpFailure("invalid", "no result")
+                raise McpFailure.of("invalid", "invalid_answer", "no result")
             return answer.result
-        raise McpFailure("error", "the server forgot the session again")
+        raise McpFailure.of("error", "session_lost", "the server forgot the session again")
 
     def _announce_cancel(
         self, client: ContributorClient, session: _Session, request_id: int | str
@@ -564,7 +568,11 @@ class McpEndpoint:
                 async with asyncio.timeout(CLOSE_SESSION_SECONDS):
                     status = await end_session(client, self.spec.url, self.pin, headers)
             except Exception as exc:  # nothing waits on its outcome
-                cause = "no answer in time" if isinstance(exc, TimeoutError) else _classify(exc)[1]
+                cause = (
+                    "no answer in time"
+                    if isinstance(exc, TimeoutError)
+                    else _classify(exc)[1].detail
+                )
                 log.info("mcp_session_end_failed", endpoint=self.name, cause=cause)
                 return
             log.info("mcp_session_ended", endpoint=self.name, status=status)

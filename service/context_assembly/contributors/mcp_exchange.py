@@ -15,7 +15,7 @@ here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types
 A session is ended by a ``DELETE`` of the endpoint with its id (:func:`end_session`), through the
 same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the
 session (``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
-a cause that never quotes the answer; a ``404`` to a request that carried a session id is
+a classified failure (``SourceFailure``: the cause's name and words) that never quotes the answer; a ``404`` to a request that carried a session id is
 :class:`SessionExpired`, so that the caller can open a new session.
 """
 
@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from context_assembly.contributors.calls import Status
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import CheckedTarget
+from context_assembly.core.sources import FailureCause, SourceFailure
 
 SESSION_HEADER: Final = "mcp-session-id"
 VERSION_HEADER: Final = "mcp-protocol-version"
@@ -57,12 +58,21 @@ _CODE_NAMES: Final = {
 
 
 class McpFailure(Exception):
-    """A settled non-ok result of an MCP call: a manifest status and a cause."""
+    """A settled non-ok result of an MCP call: a manifest status and the failure classified
+    (``cause``: its words)."""
 
-    def __init__(self, status: Status, cause: str) -> None:
-        super().__init__(cause)
+    def __init__(self, status: Status, failure: SourceFailure) -> None:
+        super().__init__(failure.detail)
         self.status = status
-        self.cause = cause
+        self.failure = failure
+        self.cause = failure.detail
+
+    @classmethod
+    def of(
+        cls, status: Status, cause: FailureCause, detail: str, http_status: int | None = None
+    ) -> McpFailure:
+        """The failure of ``status`` with the cause's name, its words and the HTTP status."""
+        return cls(status, SourceFailure(cause, detail, http_status))
 
 
 class SessionExpired(Exception):
@@ -82,7 +92,7 @@ class ByteBudget:
         """Count ``size`` more bytes; ``too_large`` once the answers together pass the cap."""
         self.used += size
         if self.used > self.cap:
-            raise McpFailure("too_large", f"answers over the {self.cap}-byte cap")
+            raise McpFailure.of("too_large", "too_large", f"answers over the {self.cap}-byte cap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +161,18 @@ async def _read(
     code = response.status
     session_id = response.headers.get(SESSION_HEADER)
     if 300 <= code < 400:
-        raise McpFailure("error", f"HTTP {code} redirect (not followed)")
+        raise McpFailure.of("error", "http_status", f"HTTP {code} redirect (not followed)", code)
     if code == 404 and had_session:
         raise SessionExpired()
     if code == 504:
-        raise McpFailure("timeout", "HTTP 504: the server reported its deadline")
+        raise McpFailure.of(
+            "timeout", "http_status", "HTTP 504: the server reported its deadline", code
+        )
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
-        raise McpFailure("invalid", "compressed body (content-encoding) not accepted")
+        raise McpFailure.of(
+            "invalid", "content_encoding", "compressed body (content-encoding) not accepted"
+        )
     mime = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if not 200 <= code < 300:
         # A JSON-RPC error may come with a 4xx: name its code, else the status alone.
@@ -166,8 +180,8 @@ async def _read(
         if mime == "application/json":
             error = _parse(await _read_body(response, budget))
         if isinstance(error, JSONRPCError):
-            raise McpFailure("error", error_cause(error.error.code, code))
-        raise McpFailure("error", f"HTTP {code}")
+            raise McpFailure.of("error", "jsonrpc_error", error_cause(error.error.code, code), code)
+        raise McpFailure.of("error", "http_status", f"HTTP {code}", code)
     if request_id is None:  # a notification: accepted, nothing to read
         return Answer(None, session_id)
     if mime == "application/json":
@@ -175,7 +189,9 @@ async def _read(
         return Answer(_result(message, request_id), session_id)
     if mime == "text/event-stream":
         return Answer(await _result_from_events(response, request_id, budget), session_id)
-    raise McpFailure("invalid", "content-type is neither JSON nor an event stream")
+    raise McpFailure.of(
+        "invalid", "content_type", "content-type is neither JSON nor an event stream"
+    )
 
 
 async def _chunks(response: aiohttp.ClientResponse, budget: ByteBudget) -> AsyncIterator[bytes]:
@@ -188,8 +204,10 @@ async def _chunks(response: aiohttp.ClientResponse, budget: ByteBudget) -> Async
 async def _read_body(response: aiohttp.ClientResponse, budget: ByteBudget) -> bytes:
     length = response.headers.get("content-length", "").strip()
     if length.isdigit() and budget.used + int(length) > budget.cap:
-        raise McpFailure(
-            "too_large", f"Content-Length {int(length)} over the {budget.cap}-byte cap"
+        raise McpFailure.of(
+            "too_large",
+            "too_large",
+            f"Content-Length {int(length)} over the {budget.cap}-byte cap",
         )
     buffer = bytearray()
     try:
@@ -222,20 +240,24 @@ async def _result_from_events(
             if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id == request_id:
                 return _result(message, request_id)
     except httpx2.SSEError as err:  # an event larger than the cap (the budget stops the rest)
-        raise McpFailure("too_large", f"an event over the {budget.cap}-byte cap") from err
-    raise McpFailure("error", "the event stream ended without an answer")
+        raise McpFailure.of(
+            "too_large", "too_large", f"an event over the {budget.cap}-byte cap"
+        ) from err
+    raise McpFailure.of("error", "no_answer", "the event stream ended without an answer")
 
 
 def _parse(data: bytes) -> Any:
     try:
         return jsonrpc_message_adapter.validate_json(data)
     except ValidationError as err:
-        raise McpFailure("invalid", "not a JSON-RPC message") from err
+        raise McpFailure.of("invalid", "invalid_answer", "not a JSON-RPC message") from err
 
 
 def _result(message: Any, request_id: int | str) -> dict[str, Any]:
     if isinstance(message, JSONRPCError):
-        raise McpFailure("error", error_cause(message.error.code))
+        raise McpFailure.of("error", "jsonrpc_error", error_cause(message.error.code))
     if not isinstance(message, JSONRPCResponse) or message.id != request_id:
-        raise McpFailure("invalid", "the answer is not the response to this request")
+        raise McpFailure.of(
+            "invalid", "invalid_answer", "the answer is not the response to this request"
+        )
     return message.result

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dataclass_replace
 from datetime import datetime
 
+from context_assembly.core.anchor import Anchor, Anchored, anchor_count, head_digest, shared_length
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
     Capacity,
@@ -21,9 +23,18 @@ from context_assembly.core.budget import (
     plan_drop_oldest,
 )
 from context_assembly.core.counting import Counted, ModelProfile, TokenCounter, count_message
-from context_assembly.core.fingerprint import frame_hashes, input_hash, text_hash
+from context_assembly.core.fingerprint import frame_hashes, input_hash, message_hashes, text_hash
 from context_assembly.core.frame import Frame
-from context_assembly.core.layout import Placed, Texts, build_texts, place
+from context_assembly.core.layout import (
+    Placed,
+    Texts,
+    build_texts,
+    frame_tools,
+    leading_text,
+    place,
+    place_transcript,
+    turn_point,
+)
 from context_assembly.core.request import Message, PrepareRequest, Revision
 from context_assembly.core.result import BLOCK_REPORTS, BlockReport, BudgetReport, SelectionReport
 from context_assembly.core.select import (
@@ -35,6 +46,16 @@ from context_assembly.core.select import (
     select,
 )
 from context_assembly.core.sources import SourceInput, SourceSetup
+from context_assembly.core.transcript import (
+    Insertion,
+    Prior,
+    Rebuilt,
+    data_insertion,
+    new_data,
+    present_pieces,
+    rebuild,
+    turn_insertion,
+)
 from context_assembly.errors import ContextOverflowError
 
 
@@ -48,10 +69,14 @@ class Assembly:
     selection: SelectionReport
     fingerprint: str
     prefix_hash: str
-    prefix_tokens: int
+    prefix_tokens: int  # tools + the messages before the turn point
+    leading_tokens: int  # tools + the leading system message
     input_hash: str
     instructions_hash: str
     history: tuple[Message, ...]  # the history actually sent (after compaction)
+    head_digest: str  # what precedes the conversation (``core/anchor.py``)
+    conversation_hashes: tuple[str, ...]  # of the conversation sent: history, then input
+    transcript: tuple[Insertion, ...] | None  # the ``transcript`` layout's insertions
     selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
 
@@ -68,6 +93,8 @@ def assemble_frame(
     capacity: Capacity,
     exact: bool,
     tenant: str,
+    anchor: Anchor | None = None,
+    prior: Prior | None = None,
 ) -> Assembly:
     """Run the whole pipeline (docs/contract.md, "Budget" to "Hashes") for one request.
 
@@ -78,13 +105,38 @@ def assemble_frame(
     manifest and the hashes describe it (:func:`_budget_report`, :func:`_manifest`,
     :func:`~.fingerprint.frame_hashes`).
 
+    With ``anchor`` (the previous turn and its provider count, ``core/anchor.py``) and a count
+    that is not exact, the part of the frame that repeats the previous one counts as the
+    provider counted it. With the ``transcript`` layout, ``prior`` (the previous turn's
+    conversation and insertions) puts the earlier turns' messages back where they stood
+    (``core/transcript.py``).
+
     Raises:
         InvalidError, AssemblyOverflowError, ContextOverflowError: as docs/contract.md, "Errors", describes.
     """
     options = request.options
     texts = build_texts(request, {setup.source: setup for setup in setups}, local_now)
     blocks = _costed_blocks(request, setups, inputs, now, counter, profile)
-    fit = _fit(request, texts, blocks.protected_demand, capacity, counter, profile)
+    head = head_digest(
+        request.model_name,
+        request.render,
+        options.layout,
+        frame_tools(options.layout, request.tools),
+        leading_text(options.layout, texts),
+    )
+    earlier = None
+    if options.layout == "transcript":
+        earlier = _earlier(request, texts, blocks.graph, prior, now, counter, profile)
+    fit = _fit(
+        request,
+        texts,
+        blocks.protected_demand,
+        capacity,
+        counter,
+        profile,
+        anchor=None if exact or anchor is None or anchor.head != head else anchor,
+        earlier=earlier,
+    )
     data_limit = min(options.max_data_tokens, fit.remaining)
     selection = select(
         blocks.graph,
@@ -98,9 +150,16 @@ def assemble_frame(
         failed_sources=blocks.failed,
         plan=blocks.plan,
     )
-    placed = place(
-        options.layout, texts, request.tools, fit.history, selection.data_content, request.input
-    )
+    transcript: tuple[Insertion, ...] | None = None
+    data_tokens = selection.data_tokens
+    if earlier is None:
+        placed = place(
+            options.layout, texts, request.tools, fit.history, selection.data_content, request.input
+        )
+    else:
+        placed, transcript, data_tokens = _place_transcript(
+            request, texts, blocks, selection, fit, earlier, local_now, counter, profile
+        )
     fingerprint, prefix_hash, _ = frame_hashes(
         request.model_name,
         tenant,
@@ -113,17 +172,104 @@ def assemble_frame(
     return Assembly(
         frame=Frame(messages=list(placed.messages), tools=list(placed.tools)),
         placed=placed,
-        budget=_budget_report(request, capacity, fit, data_limit, selection.data_tokens),
-        selection=_manifest(request, setups, inputs, blocks.graph, selection, fit, counter, exact),
+        budget=_budget_report(request, capacity, fit, data_limit, data_tokens, exact),
+        selection=_manifest(
+            request, setups, inputs, blocks.graph, selection, fit, counter, exact, placed
+        ).model_copy(update={"selected_data_tokens": data_tokens}),
         fingerprint=fingerprint,
         prefix_hash=prefix_hash,
         prefix_tokens=_prefix_tokens(placed, fit.fixed, counter, profile),
+        leading_tokens=_prefix_tokens(placed, fit.fixed, counter, profile, leading_only=True),
         input_hash=input_hash(request.input),
         instructions_hash=text_hash(request.instructions),
         history=tuple(fit.history),
+        head_digest=head,
+        conversation_hashes=tuple(message_hashes([*fit.history, *request.input])),
+        transcript=transcript,
         selected_expiry=_selected_expiry(blocks.graph, selection),
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Earlier:
+    """A ``transcript`` frame's earlier insertions as this turn sends them."""
+
+    shared: int  # conversation messages repeated from the previous turn
+    rebuilt: list[Rebuilt]
+    tokens: int  # their count
+    new_turn: bool  # the latest user turn is new: it gets a per-turn message
+    point: int  # the turn point in the conversation
+
+
+def _earlier(
+    request: PrepareRequest,
+    texts: Texts,
+    graph: dict[str, Node],
+    prior: Prior | None,
+    now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> _Earlier:
+    """The previous turn's insertions kept by this conversation: those before the first
+    message that differs (and at its end when the whole previous conversation is repeated),
+    rebuilt or cleared (``core/transcript.py``)."""
+    conversation = [*request.history_messages, *request.input]
+    point = turn_point(conversation)
+    if prior is None or request.native_history is not None:
+        return _Earlier(0, [], 0, True, point)
+    shared = shared_length(prior.conversation, message_hashes(conversation))
+    whole = shared == len(prior.conversation)
+    kept = [i for i in prior.insertions if i.at < shared or (whole and i.at == shared)]
+    rebuilt = rebuild(kept, legacy_views=texts.legacy_data, graph=graph, now=now)
+    tokens = sum(count_message(item.message, counter, profile).tokens for item in rebuilt)
+    return _Earlier(shared, rebuilt, tokens, point >= shared, point)
+
+
+def _place_transcript(
+    request: PrepareRequest,
+    texts: Texts,
+    blocks: _Blocks,
+    selection: Selection,
+    fit: _Fit,
+    earlier: _Earlier,
+    local_now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> tuple[Placed, tuple[Insertion, ...], int]:
+    """The ``transcript`` frame: the earlier insertions where they stood, and this turn's own
+    (a per-turn message and the new data at a new user turn; new data after a tool loop's
+    step otherwise). Also the insertions the record keeps and the new data message's count."""
+    conversation = [*fit.history, *request.input]
+    dropped = fit.dropped
+    old = [
+        (item.insertion.at - dropped, item)
+        for item in earlier.rebuilt
+        if item.insertion.at >= dropped
+    ]
+    present = present_pieces(item for _, item in old)
+    projected = {qid: selection.decisions[qid].status == "projected" for qid in selection.order}
+    segments = new_data(selection.order, blocks.graph, projected, blocks.source_order, present)
+    at = earlier.point - dropped if earlier.new_turn else len(conversation)
+    new: list[Rebuilt] = []
+    if earlier.new_turn:
+        new.append(turn_insertion(at, texts.legacy_data, local_now, request.timezone))
+    data_tokens = 0
+    if segments:
+        new.append(data_insertion(at, segments))
+        data_tokens = count_message(new[-1].message, counter, profile).tokens
+    insertions = [(position, item.message, False) for position, item in old]
+    insertions += [(at, item.message, True) for item in new]
+    placed = place_transcript(
+        texts,
+        request.tools,
+        conversation,
+        insertions,
+        history_len=len(fit.history),
+        shared=max(earlier.shared - dropped, 0) if dropped == 0 else 0,
+    )
+    kept = [dataclass_replace(item.insertion, at=position) for position, item in old]
+    return placed, (*kept, *(item.insertion for item in new)), data_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +315,7 @@ class _Fit:
     fixed: FixedCosts
     remaining: int  # the window left for the data message
     dropped: int  # history messages dropped by compaction
+    anchored: Anchored | None = None  # the shared part counted with the provider's figure
 
 
 def _fit(
@@ -178,43 +325,122 @@ def _fit(
     capacity: Capacity,
     counter: TokenCounter,
     profile: ModelProfile,
+    *,
+    anchor: Anchor | None = None,
+    earlier: _Earlier | None = None,
 ) -> _Fit:
     """The fixed terms counted exactly, and the window they leave to the data message. When the
     protected data (``demand``) does not fit that window but fits ``max_data_tokens``, the
     history policy ``drop_oldest`` drops the oldest history units until it does; without it,
-    or when dropping cannot free enough, ``ContextOverflowError``."""
+    or when dropping cannot free enough, ``ContextOverflowError``. With ``anchor`` the fixed
+    terms' shared part counts as the provider counted it (``_anchored``). With ``earlier`` (the
+    ``transcript`` layout) the earlier turns' messages count in the history term, and the
+    per-turn message only at a new user turn."""
     options = request.options
     reserve = request.response_reserve + options.reasoning_reserve_tokens
     history = request.history_messages  # empty when the provider holds the history (native)
     history_counts = count_history(request, counter, profile)
-    fixed = fixed_costs(
-        options.layout, texts, request.tools, history_counts, request.input, counter, profile
-    )
-    remaining = capacity.tokens - reserve - fixed.total
+
+    def fixed_terms(counts: Sequence[Counted]) -> FixedCosts:
+        fixed = fixed_costs(
+            options.layout, texts, request.tools, counts, request.input, counter, profile
+        )
+        if earlier is None:
+            return fixed
+        return dataclass_replace(
+            fixed,
+            history=fixed.history + earlier.tokens,
+            legacy_data=fixed.legacy_data if earlier.new_turn else 0,
+        )
+
+    fixed = fixed_terms(history_counts)
+    anchored = None
+    if anchor is not None and request.native_history is None:
+        shared_extra = 0 if earlier is None else earlier.tokens
+        anchored = _anchored(anchor, request, history_counts, fixed, counter, profile)
+        anchored = anchor_count(
+            anchor, anchored.shared_messages, anchored.estimated_tokens + shared_extra
+        )
+    correction = 0 if anchored is None else anchored.correction
+    remaining = capacity.tokens - reserve - fixed.total + correction
     if remaining >= demand or demand > options.max_data_tokens:
-        return _Fit(history, history_counts, fixed, remaining, 0)
+        return _Fit(history, history_counts, fixed, remaining, 0, anchored)
+    # Dropping changes the conversation the anchor was matched on: count without it.
+    remaining = capacity.tokens - reserve - fixed.total
     policy = options.history_policy
     dropped = 0
     if policy.mode == "drop_oldest":
+        # Units over history + input: a call whose results are in the input is never dropped.
+        conversation = [*history, *request.input]
         dropped = plan_drop_oldest(
-            history_counts, history_units(history), policy.keep_last_messages, demand - remaining
+            history_counts,
+            history_units(conversation),
+            policy.keep_last_messages,
+            demand - remaining,
+            turn_point(conversation),
         )
     if dropped < 0 or remaining + _freed(history_counts, dropped) < demand:
-        raise _overflow(capacity, reserve, fixed, demand, policy.mode)
+        raise _overflow(capacity, reserve, fixed, demand, policy.mode, anchored)
     history_counts = history_counts[dropped:]
-    fixed = fixed_costs(
-        options.layout, texts, request.tools, history_counts, request.input, counter, profile
-    )
+    fixed = fixed_terms(history_counts)
     remaining = capacity.tokens - reserve - fixed.total
     return _Fit(history[dropped:], history_counts, fixed, remaining, dropped)
 
 
+def _anchored(
+    anchor: Anchor,
+    request: PrepareRequest,
+    history_counts: Sequence[Counted],
+    fixed: FixedCosts,
+    counter: TokenCounter,
+    profile: ModelProfile,
+) -> Anchored:
+    """The shared part of the frame (tools, the leading message and the conversation messages
+    it repeats) as the service counts it, and as the provider's figure counts it."""
+    conversation = [*request.history_messages, *request.input]
+    shared = shared_length(anchor.conversation, message_hashes(conversation))
+    estimated = fixed.tools + fixed.instructions
+    for index in range(shared):
+        if index < len(history_counts):
+            estimated += history_counts[index].tokens
+        else:
+            estimated += count_message(conversation[index], counter, profile).tokens
+    return anchor_count(anchor, shared, estimated)
+
+
 def _budget_report(
-    request: PrepareRequest, capacity: Capacity, fit: _Fit, data_limit: int, data_tokens: int
+    request: PrepareRequest,
+    capacity: Capacity,
+    fit: _Fit,
+    data_limit: int,
+    data_tokens: int,
+    exact: bool,
 ) -> BudgetReport:
-    """The budget's terms as the answer reports them."""
+    """The budget's terms as the answer reports them, and where the total comes from."""
     fixed = fit.fixed
+    anchored = fit.anchored
+    correction = 0 if anchored is None else anchored.correction
+    total = fixed.total + data_tokens - correction
+    if exact:
+        source, estimated = "exact", 0
+    elif anchored is None:
+        source, estimated = "estimate", total
+    else:
+        source, estimated = "anchored", total - anchored.counted_tokens
     return BudgetReport(
+        count_source=source,
+        estimated_tokens=estimated,
+        anchored=None
+        if anchored is None
+        else {
+            "preparation_id": anchored.preparation_id,
+            "shared_messages": anchored.shared_messages,
+            "whole": anchored.whole,
+            "provider_tokens": anchored.provider_tokens,
+            "estimated_tokens": anchored.estimated_tokens,
+            "counted_tokens": anchored.counted_tokens,
+            "correction_tokens": anchored.correction,
+        },
         capacity=capacity.tokens,
         capacity_source=capacity.source,
         response_reserve=request.response_reserve,
@@ -227,7 +453,7 @@ def _budget_report(
         remaining_tokens=fit.remaining,
         data_limit_tokens=data_limit,
         data_tokens=data_tokens,
-        total_input_tokens=fixed.total + data_tokens,
+        total_input_tokens=total,
         history_dropped_messages=fit.dropped,
     )
 
@@ -241,6 +467,7 @@ def _manifest(
     fit: _Fit,
     counter: TokenCounter,
     exact: bool,
+    placed: Placed,
 ) -> SelectionReport:
     """The manifest: one report per block (then per item a source offered that is no block)
     and per source, with the selection's totals."""
@@ -254,6 +481,7 @@ def _manifest(
             "status": item.status,
             "duration_ms": round(item.duration_ms, 3),
             "block_count": len(item.blocks),
+            **_failure_report(item),
         }
         for item in _in_setup_order(setups, inputs)
     ]
@@ -267,7 +495,28 @@ def _manifest(
         tokenizer=counter.name,
         exact=exact,
         opaque_or_multimodal=fit.fixed.opaque or any(c.opaque for c in fit.history_counts),
+        placement={
+            "index": placed.own_index,
+            "count": placed.own_count,
+            "latest_user_turn": placed.turn_index,
+        },
     )
+
+
+def _failure_report(item: SourceInput) -> dict[str, object]:
+    """``{"failure": ...}`` for a failed source whose failure is known, else nothing (the
+    report then leaves the member out)."""
+    failure = item.failure
+    if failure is None or not item.failed:
+        return {}
+    return {
+        "failure": {
+            "cause": failure.cause,
+            "detail": failure.detail,
+            "status": failure.status,
+            "field": failure.field,
+        }
+    }
 
 
 def _selected_expiry(graph: dict[str, Node], selection: Selection) -> tuple[tuple[str, str], ...]:
@@ -280,10 +529,17 @@ def _selected_expiry(graph: dict[str, Node], selection: Selection) -> tuple[tupl
 
 
 def _prefix_tokens(
-    placed: Placed, fixed: FixedCosts, counter: TokenCounter, profile: ModelProfile
+    placed: Placed,
+    fixed: FixedCosts,
+    counter: TokenCounter,
+    profile: ModelProfile,
+    *,
+    leading_only: bool = False,
 ) -> int:
-    """The tokens of the frame's cache-stable prefix: the tools and the prefix's messages."""
-    prefix = placed.messages[: placed.prefix_len]
+    """The tokens of the frame's cache-stable prefix: the tools and the prefix's messages (with
+    ``leading_only``, the tools and the leading system message)."""
+    end = (1 if placed.leading else 0) if leading_only else placed.prefix_len
+    prefix = placed.messages[:end]
     return fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
 
 
@@ -349,12 +605,19 @@ def _in_setup_order(
 
 
 def _overflow(
-    capacity: Capacity, reserve: int, fixed: FixedCosts, demand: int, mode: str
+    capacity: Capacity,
+    reserve: int,
+    fixed: FixedCosts,
+    demand: int,
+    mode: str,
+    anchored: Anchored | None,
 ) -> ContextOverflowError:
-    needed = fixed.total + reserve + demand
+    # Refused on the anchored count when there is one (the smallest figure the service holds).
+    fixed_total = fixed.total - (0 if anchored is None else anchored.correction)
+    needed = fixed_total + reserve + demand
     hint = "" if mode == "drop_oldest" else " (history_policy 'drop_oldest' may compact history)"
     return ContextOverflowError(
-        f"the request needs {needed} tokens (fixed {fixed.total} + reserve {reserve} + protected "
+        f"the request needs {needed} tokens (fixed {fixed_total} + reserve {reserve} + protected "
         f"data {demand}) but the window is {capacity.tokens}{hint}",
         capacity=capacity.tokens,
         needed_tokens=needed,

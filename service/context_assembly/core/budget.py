@@ -135,14 +135,19 @@ def history_units(history: Sequence[Message]) -> list[range]:
 
 
 def plan_drop_oldest(
-    history_counts: Sequence[Counted], units: Sequence[range], keep_last: int, tokens_needed: int
+    history_counts: Sequence[Counted],
+    units: Sequence[range],
+    keep_last: int,
+    tokens_needed: int,
+    turn_point: int,
 ) -> int:
     """How many leading history messages to drop to free ``tokens_needed`` tokens.
 
-    Whole units only, oldest first, never touching the last ``keep_last`` messages. Returns the
-    number of messages to drop, or -1 when even the most allowed dropping frees too little.
+    Whole units only, oldest first, never touching the last ``keep_last`` messages nor anything
+    from ``turn_point`` on (the latest user turn and the tool loop after it). Returns the number
+    of messages to drop, or -1 when even the most allowed dropping frees too little.
     """
-    droppable_end = max(len(history_counts) - keep_last, 0)
+    droppable_end = min(max(len(history_counts) - keep_last, 0), turn_point)
     freed = 0
     dropped = 0
     for unit in units:

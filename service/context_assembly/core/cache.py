@@ -13,8 +13,12 @@ marker in its own types)
 
     - ``tools``: after the last tool definition (when there are tools);
     - ``instructions``: after the leading system content (when there is any);
-    - ``history``: after the last message of the stable prefix, the last history message (when
-      history messages are sent).
+    - ``history``: after the last message of the stable prefix, the last message before the turn
+      point (``core/layout.py``), when the prefix holds conversation messages; in ``transcript``
+      the prefix is the previous turn's whole frame, so this marker reads what it wrote;
+    - ``end`` (``transcript`` only): after the frame's last message, which the next turn's frame
+      repeats. With the ``history`` marker on the previous turn's end, the read never depends on
+      the provider's lookback over the blocks added since.
 
     Each is placed only where the tokens up to it reach the model's minimum cacheable length
     (``below_minimum`` otherwise; a model the provider caches nothing for has no minimum and
@@ -120,12 +124,16 @@ def candidates(assembly: Assembly) -> list[Candidate]:
     found: list[Candidate] = []
     if placed.tools:
         found.append(Candidate("tools", budget.tools_tokens, None))
-    # The prefix is the leading message plus the history sent (none when it is native).
-    history_tokens = budget.history_tokens if assembly.history else 0
+    # The prefix is the leading message plus the conversation before the turn point.
+    leading = 1 if placed.leading else 0
     if placed.leading:
-        found.append(Candidate("instructions", assembly.prefix_tokens - history_tokens, 0))
-    if assembly.history:
+        found.append(Candidate("instructions", assembly.leading_tokens, 0))
+    if placed.prefix_len > leading:
         found.append(Candidate("history", assembly.prefix_tokens, placed.prefix_len - 1))
+    last = len(placed.messages) - 1
+    if assembly.selection.layout == "transcript" and last >= max(placed.prefix_len, leading):
+        # The whole frame: the next turn's frame begins with it.
+        found.append(Candidate("end", assembly.budget.total_input_tokens, last))
     return found
 
 

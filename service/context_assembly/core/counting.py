@@ -63,6 +63,9 @@ class ModelProfile:
     image_tokens: int = 1_105
     file_tokens: int = 2_048
     min_cacheable_prefix: int | None = None
+    # A factor (>= 1) on the conservative estimate, for a model whose tokenizer counts more than
+    # the estimator allows for; only with tokenizer "estimate" (tokens/estimate.py).
+    estimate_scale: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,24 +117,35 @@ def to_neutral(messages: Any, declared: InputFormat) -> list[Any]:
     for the request model to validate. ``ShapeError.loc`` starts with the message's index."""
     if not isinstance(messages, list) or declared == "neutral":
         return messages  # type: ignore[no-any-return]
+    return read_messages(messages, declared)[0]
+
+
+def read_messages(messages: list[Any], declared: InputFormat) -> tuple[list[Any], list[int]]:
+    """:func:`to_neutral` of a list, with the index of the caller's message each neutral one
+    comes from (a Responses ``function_call`` merged into the assistant message before it keeps
+    that message's index)."""
+    if declared == "neutral":
+        return messages, list(range(len(messages)))
     out: list[Any] = []
+    origins: list[int] = []
     for index, message in enumerate(messages):
         fmt = detect(message) if declared == "auto" else declared
         if fmt == "neutral":
             out.append(message)
-            continue
-        if not isinstance(message, dict):
+        elif not isinstance(message, dict):
             raise ShapeError((index,), f"a {fmt} message must be a JSON object")
-        try:
-            if fmt == CHAT:
-                out.append(_from_chat(message))
-            elif fmt == ANTHROPIC:
-                out.extend(_from_anthropic(message))
-            else:
-                _from_responses(message, out)
-        except ShapeError as err:
-            raise ShapeError((index, *err.loc), f"{fmt} message: {err.message}") from None
-    return out
+        else:
+            try:
+                if fmt == CHAT:
+                    out.append(_from_chat(message))
+                elif fmt == ANTHROPIC:
+                    out.extend(_from_anthropic(message))
+                else:
+                    _from_responses(message, out)
+            except ShapeError as err:
+                raise ShapeError((index, *err.loc), f"{fmt} message: {err.message}") from None
+        origins.extend([index] * (len(out) - len(origins)))
+    return out, origins
 
 
 # --------------------------------------------------------------------------- shared

@@ -32,11 +32,12 @@ from pydantic import (
 from pydantic.config import JsonDict
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from context_assembly.core.pairing import Located, first_violation
 from context_assembly.core.provider_messages import (
     InputFormat,
     ProviderFormat,
     ShapeError,
-    to_neutral,
+    read_messages,
 )
 from context_assembly.core.strict_schema import strict_problems
 
@@ -660,7 +661,7 @@ class HistoryPolicy(Frozen):
         default="none",
         description="`none`: the history stays whole, and a frame that cannot fit is "
         "`CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call "
-        "with its results) until it fits.",
+        "with its results) until it fits; never the latest user turn or what follows it.",
     )
     keep_last_messages: StrictInt = Field(
         default=2,
@@ -685,12 +686,17 @@ class AssemblyOptions(Frozen):
         default_factory=dict,
         description="Per source (a plugin's name), the most tokens its blocks may take.",
     )
-    layout: Literal["legacy", "stable-prefix"] = Field(
+    layout: Literal["legacy", "stable-prefix", "transcript"] = Field(
         default="legacy",
         description="`legacy`: one leading system message with the instructions, the legacy "
         "views and the date line. `stable-prefix`: the system message holds only the "
         "instructions and tools are sorted by name, so the prefix stays the same from turn to "
-        "turn; the legacy views and the date line follow the history in a developer message.",
+        "turn; the legacy views and the date line go in a developer message. `transcript`: as "
+        "`stable-prefix`, but the developer and data messages of earlier turns of the scope stay "
+        "where they stood, so each turn's frame begins with the previous turn's; new data is "
+        "sent as what the transcript does not hold yet. The service's per-turn messages stand "
+        "right before the latest user turn (`selection.placement`), never between a tool call "
+        "and its results.",
     )
     reasoning_reserve_tokens: TokenLimit = Field(
         default=0,
@@ -765,7 +771,7 @@ class CacheOptions(Frozen):
         max_length=128,
         pattern=PREPARATION_ID_PATTERN,
         description="The turn to compare with. Absent: the latest preparation of the same tenant "
-        "and scope. `null`: a first turn. An id no live preparation of the tenant has is "
+        "and scope (a first turn without an explicit `scope`). `null`: a first turn. An id no live preparation of the tenant has is "
         "compared with nothing (`prefix_kept: null`).",
     )
 
@@ -778,19 +784,45 @@ class CacheOptions(Frozen):
 def read_conversation(data: Any, fields: tuple[str, ...]) -> Any:
     """``data`` (a request body) with the provider-shaped messages of ``fields`` read into
     neutral ones, by the body's ``input_format``; an unreadable message is an error at its
-    place (``history.3.content.1``). A bad ``input_format`` is left for the model to report."""
+    place (``history.3.content.1``). A bad ``input_format`` is left for the model to report.
+
+    The conversation (the fields in order) must then keep the providers' tool-pairing rules
+    (``core/pairing.py``); a violation is an error at the caller's message (``history.4``) that
+    names the call id."""
     if not isinstance(data, dict):
         return data
     declared = data.get("input_format", "auto")
     if declared not in ("auto", "neutral", "openai-chat", "anthropic", "openai-responses"):
         return data
     read = dict(data)
+    conversation: list[Located] = []
+    provider_held = False
     for field in fields:
-        if isinstance(read.get(field), list):
-            try:
-                read[field] = to_neutral(read[field], declared)
-            except ShapeError as err:
-                raise _located_error((field, *err.loc), err.message) from None
+        value = read.get(field)
+        if isinstance(value, dict) and value.get("native") is True:
+            provider_held = True
+        if not isinstance(value, list):
+            continue
+        try:
+            read[field], origins = read_messages(value, declared)
+        except ShapeError as err:
+            raise _located_error((field, *err.loc), err.message) from None
+        conversation.extend(
+            Located(message, field, index)
+            for message, index in zip(read[field], origins, strict=True)
+        )
+    violation = first_violation(conversation, provider_held=provider_held)
+    if violation is not None:
+        raise ValidationError.from_exception_data(
+            "PrepareRequest",
+            [
+                InitErrorDetails(
+                    type=PydanticCustomError("tool_pairing", violation.message),
+                    loc=(violation.field, violation.index),
+                    input=violation.call_id,
+                )
+            ],
+        )
     return read
 
 
@@ -900,7 +932,8 @@ class PrepareRequest(Frozen):
     )
     input: list[Message] = Field(
         default_factory=list,
-        description="This turn's messages (the shapes `history` takes), placed last.",
+        description="This turn's messages (the shapes `history` takes), after `history`. Tool "
+        "calls and results must pair up across both (a `422` names the message and call id).",
         json_schema_extra=messages_schema,
     )
     contributors: list[ContributorRef] = Field(

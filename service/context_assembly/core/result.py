@@ -19,7 +19,7 @@ from pydantic import Field, TypeAdapter
 
 from context_assembly.core.request import Frozen, Render
 from context_assembly.core.select import Reason, Status
-from context_assembly.core.sources import SourceKind, SourceStatus
+from context_assembly.core.sources import FailureCause, SourceKind, SourceStatus
 
 
 def _unset(value: object) -> bool:
@@ -69,9 +69,43 @@ class RoutingReport(Frozen):
     )
 
 
+CountSource = Literal["exact", "anchored", "estimate"]
+
+
+class AnchorReport(Frozen):
+    """`budget.anchored`: the part of the frame that repeats the previous turn's, counted with
+    the provider's own figure for that turn (its usage report)."""
+
+    preparation_id: str = Field(description="The previous turn whose usage report anchors.")
+    shared_messages: int = Field(
+        description="How many messages of this turn's conversation (history, then input) "
+        "repeat the previous turn's."
+    )
+    whole: bool = Field(
+        description="Whether this turn's conversation repeats all of the previous turn's: the "
+        "shared part then counts as the provider counted the whole previous frame."
+    )
+    provider_tokens: int = Field(
+        description="The provider's input count of the previous turn's frame (its `main` call)."
+    )
+    estimated_tokens: int = Field(
+        description="The service's own count of the shared part (tools, leading message and "
+        "the shared conversation)."
+    )
+    counted_tokens: int = Field(
+        description="What the shared part counts as: `provider_tokens` when `whole`, else the "
+        "smaller of the two figures (a part of a frame is never more than the frame)."
+    )
+    correction_tokens: int = Field(
+        description="`estimated_tokens` minus `counted_tokens`: what anchoring took off the "
+        "terms (negative when the provider counted more)."
+    )
+
+
 class BudgetReport(Frozen):
     """The token budget: the window, each term of the frame, the reserves and the data limit.
-    The terms add up to `total_input_tokens`; every count includes its message framing."""
+    The terms add up to `total_input_tokens` (less `anchored.correction_tokens` when the count
+    is anchored); every count includes its message framing."""
 
     capacity: int = Field(description="The model's context window, in tokens.")
     capacity_source: CapacitySource = Field(description=_CAPACITY_SOURCE)
@@ -104,6 +138,26 @@ class BudgetReport(Frozen):
         default=None,
         exclude_if=_unset,
         description="A native history's `provider_counted_tokens` (absent otherwise).",
+    )
+    count_source: CountSource | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Where `total_input_tokens` comes from: `exact` (the model's own "
+        "tokenizer), `anchored` (the part repeating the previous turn counted with the "
+        "provider's figure, the rest estimated) or `estimate` (the conservative estimator: at "
+        "least the real count in practice). Absent in records stored before it was reported.",
+    )
+    estimated_tokens: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="How many of `total_input_tokens` are estimated (the error bound: the "
+        "estimate is meant to be over, never under, the provider's count); 0 when `exact`.",
+    )
+    anchored: AnchorReport | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The anchoring on the previous turn's usage report (only when "
+        "`count_source` is `anchored`).",
     )
 
 
@@ -147,6 +201,40 @@ def decision_tally(reports: Sequence[BlockReport]) -> DecisionTally:
     return tuple(counts.items())
 
 
+class SourceFailureReport(Frozen):
+    """Why a source failed: the cause's name, the same in words, and the HTTP status or the
+    field path when there is one. Never a part of the contributor's answer."""
+
+    cause: FailureCause = Field(
+        description="What happened. The connection: `connect_refused`, `connect_failed`, "
+        "`name_resolution`, `tls`, `tls_certificate`, `connection_reset`, `connection_closed`, "
+        "`protocol_error`, `transport_refused`, `transport_error`. Time: `timeout` (the "
+        "deadline passed first), `no_time_left` (the call was not sent). The answer: "
+        "`http_status` (not 2xx, a redirect included; see `status`), `content_type`, "
+        "`content_encoding`, `too_large`, `invalid_json`, `invalid_answer` (not the "
+        "protocol's shape; see `field`), `block_rules` (its blocks break the block rules; see "
+        "`field`). MCP servers: `jsonrpc_error`, `tool_error`, `protocol_version`, "
+        "`session_lost`, `no_answer`. Inline URLs: `url_rejected`. `internal_error`: a bug of "
+        "the service, logged as `internal_error`."
+    )
+    detail: str = Field(
+        description="The same in words (`HTTP 503`, `deadline reached while reading the body`, "
+        "`schema: blocks.0.id: Input should be a valid string`); it never quotes the answer."
+    )
+    status: int | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The HTTP status the contributor answered (`http_status`, and a "
+        "`jsonrpc_error` that came with a status other than 2xx); absent otherwise.",
+    )
+    field: str | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The path of the offending field in the answer, dotted (`blocks.0.id`), "
+        "for `invalid_answer` and `block_rules` when one field is at fault; absent otherwise.",
+    )
+
+
 class SourceReport(Frozen):
     """One source of the request and how it answered."""
 
@@ -163,10 +251,16 @@ class SourceReport(Frozen):
     block_count: int = Field(
         description="How many blocks it gave (not counting items reported as `binary_content`)."
     )
+    failure: SourceFailureReport | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Why the source failed, for a failed contributor left out under `omit` "
+        "(absent otherwise).",
+    )
 
 
 CachePart = Literal["model", "tools", "instructions", "layout", "history"]
-BreakpointAfter = Literal["tools", "instructions", "history"]
+BreakpointAfter = Literal["tools", "instructions", "history", "end"]
 CacheTtl = Literal["5m", "1h"]
 SkipReason = Literal["below_minimum", "unstable_in_layout", "limit"]
 
@@ -189,7 +283,9 @@ class CacheBreakpoint(Frozen):
 
     after: BreakpointAfter = Field(
         description="What the marker ends: `tools` (the last tool definition), `instructions` "
-        "(the leading system content) or `history` (the last history message)."
+        "(the leading system content), `history` (the last message of the stable prefix: in "
+        "`transcript`, the previous turn's frame) or `end` (the frame's last message, "
+        "`transcript` only)."
     )
     tokens: int = Field(description="The tokens of the prefix up to and including it.")
     ttl: CacheTtl = Field(description="The marker's lifetime.")
@@ -255,7 +351,9 @@ class ManifestWarning(Frozen):
         description="`unknown_model`: the model is not in the registry; its tokens are counted "
         "with the conservative estimate and its window is the request's or the fallback."
     )
-    detail: str = Field(description="The same in words, naming the model.")
+    detail: str = Field(
+        description="The same in words, naming the model and the known names nearest to it."
+    )
 
 
 class OutputLimit(Frozen):
@@ -272,6 +370,25 @@ class OutputLimit(Frozen):
     )
 
 
+class Placement(Frozen):
+    """`selection.placement`: where the service's own per-turn messages stand in the frame."""
+
+    index: int = Field(
+        description="The index, in the neutral frame's messages, where the service's per-turn "
+        "messages stand (the developer message of `stable-prefix`, then the data message): "
+        "immediately before the latest user turn. Everything before it is the stable prefix."
+    )
+    count: int = Field(
+        description="How many messages the service put there (0 to 2): the developer message "
+        "and the data message, each only when it has content."
+    )
+    latest_user_turn: int | None = Field(
+        description="The index in the neutral frame's messages of the latest user turn's first "
+        "message, which follows them; `null` when the conversation has no user message (the "
+        "service's messages then open the conversation)."
+    )
+
+
 class SelectionReport(Frozen):
     """The manifest: one report per block and per source, and how the counts were made."""
 
@@ -281,9 +398,18 @@ class SelectionReport(Frozen):
     selected_data_tokens: int = Field(
         description="The data message as sent, in tokens (its envelope included)."
     )
-    layout: Literal["legacy", "stable-prefix"] = Field(description="The frame's layout.")
+    layout: Literal["legacy", "stable-prefix", "transcript"] = Field(
+        description="The frame's layout."
+    )
     reasoning_reserve_tokens: int = Field(description="The reasoning reserve.")
     tokenizer: Tokenizer = Field(description="The tokenizer the counts use.")
+    model_entry: str | None = Field(
+        default=None,
+        description="The name of the registry entry (`GET /v1/models`) the model resolved to, "
+        "by its name, an alias or a dated snapshot of one: the window, output limit, tokenizer "
+        "and framing the counts used. `null` when the model is not in the registry "
+        "(`unknown_model`).",
+    )
     exact: bool = Field(
         description="Whether the counts are exact: the tokenizer is the model's own (and the "
         "history is not held by the provider)."
@@ -296,6 +422,12 @@ class SelectionReport(Frozen):
         default=False,
         exclude_if=_unset,
         description="True when the provider holds the history (absent otherwise).",
+    )
+    placement: Placement | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="Where the service's own per-turn messages stand in the frame (absent in "
+        "records stored before it was reported).",
     )
     routing: RoutingReport | None = Field(
         default=None,
@@ -327,7 +459,9 @@ class PrepareResponse(Frozen):
         description="The preparation's id, for validate, refresh, repair, usage and the views."
     )
     model: str = Field(description="The model the frame is for (with `models`: the chosen one).")
-    layout: Literal["legacy", "stable-prefix"] = Field(description="The frame's layout.")
+    layout: Literal["legacy", "stable-prefix", "transcript"] = Field(
+        description="The frame's layout."
+    )
     render: Render = Field(description="The frame's shape.")
     frame: dict[str, Any] = Field(
         description="What to send: `{messages, tools}` for `neutral`, else the provider's "

@@ -30,6 +30,37 @@ SkipReason = Literal["binary_content"]
 FAILED_STATUSES = frozenset(
     {"timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"}
 )
+# What made a contributor call fail, as the contributor calls classify it (contributors/calls.py,
+# mcp.py, mcp_exchange.py; preparations/targets.py for the block rules and inline URLs). A name
+# for programs, beside the status; the words of ``SourceFailure.detail`` say the same for people.
+FailureCause = Literal[
+    "connect_refused",  # nothing listens on the port
+    "connect_failed",  # the connection could not be made for another reason
+    "name_resolution",  # the host name did not resolve
+    "tls",  # a TLS failure other than the certificate's
+    "tls_certificate",  # the certificate did not verify
+    "connection_reset",  # the contributor reset the connection
+    "connection_closed",  # the contributor closed it before the answer was complete
+    "protocol_error",  # an answer that is not valid HTTP
+    "transport_refused",  # the client refused the request (an inline URL off its pinned address)
+    "transport_error",  # another failure of the connection
+    "timeout",  # the deadline passed first
+    "no_time_left",  # the call was not sent: no time was left before the deadline
+    "http_status",  # a status other than 2xx (a redirect, which is never followed, included)
+    "content_type",  # an answer that is not JSON (for MCP: nor an event stream)
+    "content_encoding",  # a compressed answer
+    "too_large",  # an answer over the byte cap
+    "invalid_json",  # a body that is not JSON
+    "invalid_answer",  # JSON that is not the protocol's shape
+    "block_rules",  # blocks that break the block rules
+    "jsonrpc_error",  # an MCP server's JSON-RPC error
+    "tool_error",  # an MCP tool result with ``isError``
+    "protocol_version",  # an MCP server that chose a protocol version this client lacks
+    "session_lost",  # an MCP server that forgot the session twice in a row
+    "no_answer",  # an MCP event stream that ended without the answer
+    "url_rejected",  # an inline URL refused by the allowlist or the SSRF guard
+    "internal_error",  # a bug of the service's own code (logged as ``internal_error``)
+]
 
 # Whiteboard priorities (docs/contract.md, "Whiteboard"): critical entries are protected.
 _WHITEBOARD_PRIORITY = {"low": -500, "normal": 0, "high": 500, "critical": 0}
@@ -47,6 +78,19 @@ class SourceSetup:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceFailure:
+    """Why a source failed: the cause's name, the same in words, and the HTTP status (for
+    ``http_status``, and a JSON-RPC error that came with a status other than 2xx) or the path of
+    the offending field in the answer (``invalid_answer``, ``block_rules``) when there is one.
+    Never a part of the answer's body: the words name what happened, the path where."""
+
+    cause: FailureCause
+    detail: str
+    status: int | None = None
+    field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SourceInput:
     """One replaced source with what it contributed to this preparation."""
 
@@ -58,6 +102,8 @@ class SourceInput:
     # Items the source offered that are no blocks, as (id, reason): an MCP server's binary
     # contents (``binary_content``). Each is reported omitted with 0 tokens, never sent.
     skipped: tuple[tuple[str, SkipReason], ...] = ()
+    # Why a failed source failed (``None`` for a source that did not fail).
+    failure: SourceFailure | None = None
 
     @property
     def failed(self) -> bool:

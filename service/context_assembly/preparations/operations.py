@@ -24,11 +24,18 @@ from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache
+from context_assembly.core.anchor import Anchor
 from context_assembly.core.fingerprint import message_hashes, text_hash
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import SourceSetup, materialised_inputs, plan_sources
 from context_assembly.core.usage import accounting_observation, normalize_usage
-from context_assembly.engine import cache_minimum, local_time, rfc3339, to_response
+from context_assembly.engine import (
+    cache_minimum,
+    local_time,
+    model_context,
+    rfc3339,
+    to_response,
+)
 from context_assembly.errors import InvalidError, StoreUnavailableError
 from context_assembly.lifecycle_models import (
     AccountingReport,
@@ -109,7 +116,8 @@ class Round:
     ``budget_ms`` is the contributors' time (a refresh: what the prepare left), ``used_ms`` the
     time already used; ``pinned`` the record's model (a refresh: contributors are told it and
     a routed refresh stays on it); ``history_hashes`` the original history's (a refresh keeps
-    them; ``None``: this request's)."""
+    them; ``None``: this request's); ``anchor`` the previous turn's provider count, for a
+    prepare whose model is counted with the estimate."""
 
     prep_id: str
     attempt: int
@@ -119,6 +127,7 @@ class Round:
     used_ms: float = 0.0
     pinned: str | None = None
     history_hashes: list[str] | None = None
+    anchor: Anchor | None = None  # the previous turn's provider count (``core/anchor.py``)
 
 
 class Preparations:
@@ -144,9 +153,12 @@ class Preparations:
         self.clock = clock or Clock()
         self.contributors = Contributors(settings, client, resolver=resolver, clock=self.clock)
 
-    def reconfigure(self, settings: Settings) -> None:
-        """Take reloaded settings (contributors, allowlist, limits) for the next calls."""
+    def reconfigure(self, settings: Settings, registry: ModelRegistry | None = None) -> None:
+        """Take reloaded settings (contributors, allowlist, limits) and the model registry they
+        make (``[models."name"]``) for the next calls."""
         self.settings = settings
+        if registry is not None:
+            self.registry = registry
         self.contributors.reconfigure(settings)
 
     async def aclose(self) -> None:
@@ -164,12 +176,17 @@ class Preparations:
         setups = plan_sources(request)
         now = self.clock.now()
         local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
+        before = await turns.previous(self.store, tenant, request, self.clock.wall())
+        anchor = None
+        if not model_context(request, self.registry).exact:
+            anchor = await turns.anchor(self.store, tenant, before, self.clock.wall())
         step = Round(
             prep_id=new_preparation_id(),
             attempt=1,
             expires=now + timedelta(seconds=self.settings.store.ttl_seconds),
-            before=await turns.previous(self.store, tenant, request, self.clock.wall()),
+            before=before,
             budget_ms=request.options.timeout_ms,
+            anchor=anchor,
         )
         prepared, stored = await self._round(tenant, request, setups, step, large_body=large_body)
         data = stored.dump()
@@ -212,9 +229,16 @@ class Preparations:
             tenant=tenant,
             registry=self.registry,
             pin_model=step.pinned if request.models is not None else None,
+            anchor=step.anchor,
+            prior=None if step.before.part is None else step.before.part.prior(),
         )
         if not ctx.known:
-            log.warning("unknown_model", preparation_id=step.prep_id, model=ctx.model)
+            log.warning(
+                "unknown_model",
+                preparation_id=step.prep_id,
+                model=ctx.model,
+                nearest=list(ctx.nearest),
+            )
         sent = message_hashes(request.history_messages)
         minimum = cache_minimum(request, ctx, self.registry)
         turn = cache.turn(

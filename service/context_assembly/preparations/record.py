@@ -44,6 +44,7 @@ from context_assembly.core.cache import PrefixDigests
 from context_assembly.core.fingerprint import digest
 from context_assembly.core.request import ContributorRef, PrepareRequest, Render, Revision
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
+from context_assembly.core.transcript import Insertion, Prior
 from context_assembly.engine import ModelContext
 from context_assembly.errors import NotFoundError
 from context_assembly.lifecycle_models import ExpectedReason
@@ -144,6 +145,26 @@ class StoredTurn(Part):
     since_previous_seconds: float | None = None
     lifetime_seconds: float | None = None
     min_cacheable_tokens: int | None = None
+    # What an anchored count of the next turn matches on (``core/anchor.py``): the frame's head
+    # and the hashes of the input messages it sent (the history's are ``digests.history``).
+    head_digest: str | None = None
+    input_digests: list[str] | None = None
+    # The ``transcript`` layout's insertions (``core/transcript.py``: positions and digests,
+    # never text); ``None`` for another layout.
+    transcript: list[dict[str, Any]] | None = None
+
+    def prior(self) -> Prior | None:
+        """The turn as the previous turn of a ``transcript`` (``None``: not one)."""
+        conversation = self.conversation()
+        if self.transcript is None or conversation is None:
+            return None
+        return Prior(conversation, tuple(Insertion.load(raw) for raw in self.transcript))
+
+    def conversation(self) -> tuple[str, ...] | None:
+        """The message hashes of the conversation the turn sent (``None``: not kept)."""
+        if self.head_digest is None or self.input_digests is None:
+            return None
+        return (*self.digests.history, *self.input_digests)
 
 
 class StoredPreparation(Part):

@@ -8,7 +8,9 @@ endpoint of ``kind = "mcp"`` is an MCP server: its target carries the tenant's e
 session) from :class:`~context_assembly.contributors.mcp.McpEndpoints`; an inline URL with
 ``kind: "mcp"`` gets an endpoint of its own for the call, pinned to the checked addresses. The
 sources go to the core with their kind (``mcp`` for an MCP server, which the request alone does
-not say of a registered endpoint) and the items an MCP server offered that are no blocks.
+not say of a registered endpoint), the items an MCP server offered that are no blocks, and why a
+source failed (its ``SourceFailure``). A source left out under ``omit`` is logged as
+``contributor_failed``, with ids, the cause's name, the HTTP status and the field path only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+import structlog
 
 from context_assembly.config import ContributorSettings, Settings
 from context_assembly.contributors.calls import (
@@ -32,10 +36,17 @@ from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.mcp import McpEndpoints, McpSpec
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
 from context_assembly.core.blocks import check_source_blocks
-from context_assembly.core.request import ContributorRef, PrepareRequest
-from context_assembly.core.sources import SourceInput, SourceSetup, materialised_inputs
+from context_assembly.core.request import Block, ContributorRef, PrepareRequest
+from context_assembly.core.sources import (
+    SourceFailure,
+    SourceInput,
+    SourceSetup,
+    materialised_inputs,
+)
 from context_assembly.errors import AssemblyTimeoutError, InvalidError, UrlRejectedError
 from context_assembly.preparations.clock import Clock
+
+log = structlog.get_logger("context_assembly.contributors")
 
 
 def check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> ContributorOutcome:
@@ -55,10 +66,44 @@ def check_blocks(outcome: ContributorOutcome, request: PrepareRequest) -> Contri
     try:
         check_source_blocks(outcome.source, outcome.blocks, request.options)
     except InvalidError as err:
+        failure = SourceFailure(
+            "block_rules",
+            f"block rules: {err.detail}",
+            field=_block_field(err, outcome.source, outcome.blocks),
+        )
         return replace(
-            outcome, status="invalid", blocks=(), skipped=(), cause=f"block rules: {err.detail}"
+            outcome,
+            status="invalid",
+            blocks=(),
+            skipped=(),
+            cause=failure.detail,
+            failure=failure,
         )
     return outcome
+
+
+# The rule's ``field`` as a block's member: a dependency's id is one of its ``dependencies``.
+_BLOCK_MEMBERS = {"dependency id": "dependencies"}
+
+
+def _block_field(err: InvalidError, source: str, blocks: Sequence[Block]) -> str | None:
+    """Where in the answer a block rule broke: ``blocks.N.member`` for one block (the last
+    with its id: a duplicate's second), ``blocks`` for their number, ``None`` otherwise (a
+    dependency cycle runs through several blocks)."""
+    member = err.extensions.get("field")
+    if member == "max_blocks":
+        return "blocks"
+    qids = err.extensions.get("block_ids") or []
+    if len(qids) != 1:
+        return None
+    index = next(
+        (i for i in reversed(range(len(blocks))) if f"{source}/{blocks[i].id}" == qids[0]), None
+    )
+    if index is None:
+        return None
+    if not isinstance(member, str):
+        return f"blocks.{index}"
+    return f"blocks.{index}.{_BLOCK_MEMBERS.get(member, member)}"
 
 
 async def _first_error_cancels(*calls: Awaitable[Any]) -> list[Any]:
@@ -221,11 +266,13 @@ class Contributors:
             if (ref.failure_policy or "fail") == "fail":
                 raise
             status: Status = "rejected" if isinstance(err, UrlRejectedError) else "timeout"
-            cause = (
-                err.extensions.get("reason") if status == "rejected" else "DNS past the deadline"
+            failure = (
+                SourceFailure("url_rejected", str(err.extensions.get("reason", "rejected")))
+                if status == "rejected"
+                else SourceFailure("timeout", "DNS past the deadline")
             )
             elapsed = (self.clock.monotonic() - started) * 1000.0
-            return None, ContributorOutcome(ref.source, status, elapsed, cause=cause)
+            return None, ContributorOutcome.failed(ref.source, status, elapsed, failure)
         [outcome] = await call([target])
         return target, replace(outcome, duration_ms=(self.clock.monotonic() - started) * 1000.0)
 
@@ -308,8 +355,29 @@ class Contributors:
                         outcome.revision,
                         outcome.blocks,
                         tuple((item.id, item.reason) for item in outcome.skipped),
+                        None if outcome.ok else outcome.failure,
                     )
                 )
+                if not outcome.ok:
+                    _log_failed(preparation_id, inputs[-1])
             else:
                 inputs.append(materialised[setup.source])
         return Collected(inputs, outcomes, used_ms)
+
+
+def _log_failed(preparation_id: str, item: SourceInput) -> None:
+    """The ``contributor_failed`` line of a source left out under ``omit``: ids, its status, the
+    cause's name, the HTTP status and the field path, never the cause's words (which may name a
+    block id) nor anything of an answer."""
+    failure = item.failure
+    log.warning(
+        "contributor_failed",
+        preparation_id=preparation_id,
+        source=item.setup.source,
+        kind=item.setup.kind,
+        status=item.status,
+        duration_ms=round(item.duration_ms, 3),
+        cause=failure.cause if failure is not None else None,
+        **({"http_status": failure.status} if failure and failure.status is not None else {}),
+        **({"field": failure.field} if failure and failure.field is not None else {}),
+    )

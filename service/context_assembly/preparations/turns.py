@@ -8,7 +8,9 @@ Previous turn (``previous``)
     A request without ``cache``, or whose ``cache`` leaves out ``previous_preparation_id``, is
     compared with the latest preparation of the same tenant and scope: every ``put`` moves the
     store's pointer for ``scope_key(tenant, scope)`` (a digest: the store never sees the scope's
-    values), and the pointer expires with the record it names. ``previous_preparation_id:
+    values), and the pointer expires with the record it names. Only an explicit scope (one that
+    names at least one value) forms a conversation: a request without one has no scope key, is
+    a first turn unless it names its previous turn, and is nobody's previous turn. ``previous_preparation_id:
     null`` is a first turn. An id is looked up for the same tenant; when no live record of the
     tenant has it (unknown, expired or another tenant's, which look the same), the turn is
     compared with nothing: ``selection.cache`` names the id with ``prefix_kept: null``. The
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from context_assembly.core.anchor import Anchor
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.cache import (
     DEFAULT_CACHE,
@@ -65,8 +68,14 @@ TIMELINE_TURNS: Final = 50
 """The most turns a page of the timeline shows."""
 
 
-def scope_key(tenant: str, scope: Scope) -> str:
-    """The store's name for the latest preparation of ``tenant`` in ``scope``: a digest only."""
+UNSCOPED: Final = Scope()
+
+
+def scope_key(tenant: str, scope: Scope) -> str | None:
+    """The store's name for the latest preparation of ``tenant`` in ``scope``: a digest only;
+    ``None`` for a request without an explicit scope, which forms no conversation."""
+    if scope == UNSCOPED:
+        return None
     return digest([tenant, scope.model_dump(mode="json")]).removeprefix("sha256:")
 
 
@@ -100,7 +109,8 @@ async def previous(store: Store, tenant: str, request: PrepareRequest, now: floa
     options = request.cache
     if options is not None and options.previous_given:
         return await load(store, tenant, options.previous_preparation_id, now)
-    latest = await store.latest(tenant, scope_key(tenant, request.scope), now)
+    key = scope_key(tenant, request.scope)
+    latest = None if key is None else await store.latest(tenant, key, now)
     if latest is None:
         return FIRST_TURN
     if not latest.data:  # a pointer of a version 1 shape, written without the turn
@@ -165,7 +175,28 @@ def record_part(
         since_previous_seconds=since,
         lifetime_seconds=None if lifetime is None else lifetime.total_seconds(),
         min_cacheable_tokens=minimum,
+        head_digest=assembly.head_digest,
+        input_digests=list(assembly.conversation_hashes[len(assembly.history) :]),
+        transcript=None
+        if assembly.transcript is None
+        else [insertion.dump() for insertion in assembly.transcript],
     )
+
+
+async def anchor(store: Store, tenant: str, before: Previous, now: float) -> Anchor | None:
+    """The previous turn as an anchor for this turn's count (``core/anchor.py``): its frame's
+    head and conversation, and the provider's input count of its main call, once a usage report
+    gave it; ``None`` otherwise."""
+    conversation = None if before.part is None else before.part.conversation()
+    if before.id is None or before.part is None or conversation is None:
+        return None
+    record = await store.get(tenant, before.id, now)
+    last = None if record is None else record.accounting.last
+    if last is None or last.get("call") != "main" or last.get("provider_input_tokens") is None:
+        return None
+    head = before.part.head_digest
+    assert head is not None  # conversation() is None without it
+    return Anchor(before.id, head, conversation, int(last["provider_input_tokens"]))
 
 
 def _next_number(previous: StoredTurn | None) -> int | None:

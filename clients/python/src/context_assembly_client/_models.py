@@ -12,6 +12,47 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from typing_extensions import TypeAliasType
 
+
+class AnchorReport(BaseModel):
+    """
+    `budget.anchored`: the part of the frame that repeats the previous turn's, counted with
+    the provider's own figure for that turn (its usage report).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    correction_tokens: int
+    """
+    `estimated_tokens` minus `counted_tokens`: what anchoring took off the terms (negative when the provider counted more).
+    """
+    counted_tokens: int
+    """
+    What the shared part counts as: `provider_tokens` when `whole`, else the smaller of the two figures (a part of a frame is never more than the frame).
+    """
+    estimated_tokens: int
+    """
+    The service's own count of the shared part (tools, leading message and the shared conversation).
+    """
+    preparation_id: str
+    """
+    The previous turn whose usage report anchors.
+    """
+    provider_tokens: int
+    """
+    The provider's input count of the previous turn's frame (its `main` call).
+    """
+    shared_messages: int
+    """
+    How many messages of this turn's conversation (history, then input) repeat the previous turn's.
+    """
+    whole: bool
+    """
+    Whether this turn's conversation repeats all of the previous turn's: the shared part then counts as the provider counted the whole previous frame.
+    """
+
+
 SourceTokenLimitsAdditionalProperty = TypeAliasType(
     "SourceTokenLimitsAdditionalProperty", Annotated[int, Field(ge=0, le=1000000)]
 )
@@ -121,13 +162,18 @@ class BlockReport(BaseModel):
 class BudgetReport(BaseModel):
     """
     The token budget: the window, each term of the frame, the reserves and the data limit.
-    The terms add up to `total_input_tokens`; every count includes its message framing.
+    The terms add up to `total_input_tokens` (less `anchored.correction_tokens` when the count
+    is anchored); every count includes its message framing.
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
+    anchored: AnchorReport | None = None
+    """
+    The anchoring on the previous turn's usage report (only when `count_source` is `anchored`).
+    """
     capacity: int
     """
     The model's context window, in tokens.
@@ -136,6 +182,10 @@ class BudgetReport(BaseModel):
     """
     Where the window comes from: `host` or `provider` (the request's `max_context_tokens`), `registry` (the model registry) or `fallback` (128,000).
     """
+    count_source: Literal["exact", "anchored", "estimate"] | None = None
+    """
+    Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported.
+    """
     data_limit_tokens: int
     """
     The data message's limit: the smaller of `max_data_tokens` and `remaining_tokens`.
@@ -143,6 +193,10 @@ class BudgetReport(BaseModel):
     data_tokens: int
     """
     The data message as sent (0 without one).
+    """
+    estimated_tokens: int | None = None
+    """
+    How many of `total_input_tokens` are estimated (the error bound: the estimate is meant to be over, never under, the provider's count); 0 when `exact`.
     """
     history_dropped_messages: int
     """
@@ -199,9 +253,9 @@ class CacheBreakpoint(BaseModel):
         extra="allow",
         frozen=True,
     )
-    after: Literal["tools", "instructions", "history"]
+    after: Literal["tools", "instructions", "history", "end"]
     """
-    What the marker ends: `tools` (the last tool definition), `instructions` (the leading system content) or `history` (the last history message).
+    What the marker ends: `tools` (the last tool definition), `instructions` (the leading system content), `history` (the last message of the stable prefix: in `transcript`, the previous turn's frame) or `end` (the frame's last message, `transcript` only).
     """
     message: int | None = None
     """
@@ -241,7 +295,7 @@ class CacheOptions(BaseModel):
         | None
     ) = None
     """
-    The turn to compare with. Absent: the latest preparation of the same tenant and scope. `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`).
+    The turn to compare with. Absent: the latest preparation of the same tenant and scope (a first turn without an explicit `scope`). `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`).
     """
     retention: Literal["in_memory", "24h"] | None = None
     """
@@ -403,7 +457,7 @@ class HistoryPolicy(BaseModel):
     """
     mode: Literal["none", "drop_oldest"] = "none"
     """
-    `none`: the history stays whole, and a frame that cannot fit is `CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call with its results) until it fits.
+    `none`: the history stays whole, and a frame that cannot fit is `CONTEXT_OVERFLOW`. `drop_oldest`: the oldest history messages are dropped (a tool call with its results) until it fits; never the latest user turn or what follows it.
     """
 
 
@@ -422,23 +476,36 @@ class ManifestWarning(BaseModel):
     """
     detail: str
     """
-    The same in words, naming the model.
+    The same in words, naming the model and the known names nearest to it.
     """
 
 
 class ModelInfo(BaseModel):
     """
-    One model of the registry; a request's model resolves to the entry whose name is the
-    longest prefix of it.
+    One model of the registry. A request's model resolves to the entry of that name or alias,
+    or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
+    any other name is unknown.
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
+    aliases: list[str]
+    """
+    Other names that resolve to this entry.
+    """
+    checked: str | None
+    """
+    The date (YYYY-MM-DD) the figures were read (`null`: a configured entry that names none).
+    """
     context_window: int | None
     """
     Its context window, in tokens.
+    """
+    estimate_scale: float
+    """
+    The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens.
     """
     max_output_tokens: int | None
     """
@@ -456,9 +523,17 @@ class ModelInfo(BaseModel):
     """
     Its provider.
     """
+    read_from: str | None
+    """
+    The page the figures were read from (`null`: a configured entry that names none).
+    """
     reply_priming: int
     """
     The tokens that prime the reply, once per request.
+    """
+    source: Literal["shipped", "configured"]
+    """
+    `shipped`: the registry of the service's release. `configured`: a `[models."name"]` table of the configuration, which adds this entry or replaces the shipped one of the same name.
     """
     tokenizer: str
     """
@@ -677,6 +752,29 @@ class OutputLimit(BaseModel):
     tokens: int
     """
     Its value.
+    """
+
+
+class Placement(BaseModel):
+    """
+    `selection.placement`: where the service's own per-turn messages stand in the frame.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    count: int
+    """
+    How many messages the service put there (0 to 2): the developer message and the data message, each only when it has content.
+    """
+    index: int
+    """
+    The index, in the neutral frame's messages, where the service's per-turn messages stand (the developer message of `stable-prefix`, then the data message): immediately before the latest user turn. Everything before it is the stable prefix.
+    """
+    latest_user_turn: int | None
+    """
+    The index in the neutral frame's messages of the latest user turn's first message, which follows them; `null` when the conversation has no user message (the service's messages then open the conversation).
     """
 
 
@@ -931,13 +1029,68 @@ class SkippedBreakpoint(BaseModel):
         extra="allow",
         frozen=True,
     )
-    after: Literal["tools", "instructions", "history"]
+    after: Literal["tools", "instructions", "history", "end"]
     """
     Where the marker would have gone.
     """
     reason: Literal["below_minimum", "unstable_in_layout", "limit"]
     """
     `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes.
+    """
+
+
+class SourceFailureReport(BaseModel):
+    """
+    Why a source failed: the cause's name, the same in words, and the HTTP status or the
+    field path when there is one. Never a part of the contributor's answer.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cause: Literal[
+        "connect_refused",
+        "connect_failed",
+        "name_resolution",
+        "tls",
+        "tls_certificate",
+        "connection_reset",
+        "connection_closed",
+        "protocol_error",
+        "transport_refused",
+        "transport_error",
+        "timeout",
+        "no_time_left",
+        "http_status",
+        "content_type",
+        "content_encoding",
+        "too_large",
+        "invalid_json",
+        "invalid_answer",
+        "block_rules",
+        "jsonrpc_error",
+        "tool_error",
+        "protocol_version",
+        "session_lost",
+        "no_answer",
+        "url_rejected",
+        "internal_error",
+    ]
+    """
+    What happened. The connection: `connect_refused`, `connect_failed`, `name_resolution`, `tls`, `tls_certificate`, `connection_reset`, `connection_closed`, `protocol_error`, `transport_refused`, `transport_error`. Time: `timeout` (the deadline passed first), `no_time_left` (the call was not sent). The answer: `http_status` (not 2xx, a redirect included; see `status`), `content_type`, `content_encoding`, `too_large`, `invalid_json`, `invalid_answer` (not the protocol's shape; see `field`), `block_rules` (its blocks break the block rules; see `field`). MCP servers: `jsonrpc_error`, `tool_error`, `protocol_version`, `session_lost`, `no_answer`. Inline URLs: `url_rejected`. `internal_error`: a bug of the service, logged as `internal_error`.
+    """
+    detail: str
+    """
+    The same in words (`HTTP 503`, `deadline reached while reading the body`, `schema: blocks.0.id: Input should be a valid string`); it never quotes the answer.
+    """
+    field: str | None = None
+    """
+    The path of the offending field in the answer, dotted (`blocks.0.id`), for `invalid_answer` and `block_rules` when one field is at fault; absent otherwise.
+    """
+    status: int | None = None
+    """
+    The HTTP status the contributor answered (`http_status`, and a `jsonrpc_error` that came with a status other than 2xx); absent otherwise.
     """
 
 
@@ -957,6 +1110,10 @@ class SourceReport(BaseModel):
     duration_ms: float
     """
     How long the source took, in milliseconds.
+    """
+    failure: SourceFailureReport | None = None
+    """
+    Why the source failed, for a failed contributor left out under `omit` (absent otherwise).
     """
     kind: Literal["webhook", "mcp", "inline", "whiteboard"]
     """
@@ -1258,9 +1415,9 @@ class AssemblyOptions(BaseModel):
     """
     Whether the oldest history may be dropped when the frame does not fit.
     """
-    layout: Literal["legacy", "stable-prefix"] = "legacy"
+    layout: Literal["legacy", "stable-prefix", "transcript"] = "legacy"
     """
-    `legacy`: one leading system message with the instructions, the legacy views and the date line. `stable-prefix`: the system message holds only the instructions and tools are sorted by name, so the prefix stays the same from turn to turn; the legacy views and the date line follow the history in a developer message.
+    `legacy`: one leading system message with the instructions, the legacy views and the date line. `stable-prefix`: the system message holds only the instructions and tools are sorted by name, so the prefix stays the same from turn to turn; the legacy views and the date line go in a developer message. `transcript`: as `stable-prefix`, but the developer and data messages of earlier turns of the scope stay where they stood, so each turn's frame begins with the previous turn's; new data is sent as what the transcript does not hold yet. The service's per-turn messages stand right before the latest user turn (`selection.placement`), never between a tool call and its results.
     """
     max_block_characters: Annotated[int, Field(ge=1, le=1000000)] = 65536
     """
@@ -1401,13 +1558,17 @@ class SelectionReport(BaseModel):
     """
     Whether the counts are exact: the tokenizer is the model's own (and the history is not held by the provider).
     """
-    layout: Literal["legacy", "stable-prefix"]
+    layout: Literal["legacy", "stable-prefix", "transcript"]
     """
     The frame's layout.
     """
     max_data_tokens: int
     """
     The request's `assembly.max_data_tokens`.
+    """
+    model_entry: str | None = None
+    """
+    The name of the registry entry (`GET /v1/models`) the model resolved to, by its name, an alias or a dated snapshot of one: the window, output limit, tokenizer and framing the counts used. `null` when the model is not in the registry (`unknown_model`).
     """
     native_history: bool = False
     """
@@ -1420,6 +1581,10 @@ class SelectionReport(BaseModel):
     output_limit: OutputLimit | None = None
     """
     The output limit a provider-shaped frame carries (absent for `neutral`).
+    """
+    placement: Placement | None = None
+    """
+    Where the service's own per-turn messages stand in the frame (absent in records stored before it was reported).
     """
     reasoning_reserve_tokens: int
     """
@@ -1662,7 +1827,7 @@ class PrepareRequest(BaseModel):
     """
     input: Annotated[list[Message | dict[str, Any]], Field(validate_default=True)] = []
     """
-    This turn's messages (the shapes `history` takes), placed last.
+    This turn's messages (the shapes `history` takes), after `history`. Tool calls and results must pair up across both (a `422` names the message and call id).
     """
     input_format: Literal[
         "auto", "neutral", "openai-chat", "anthropic", "openai-responses"
@@ -1759,7 +1924,7 @@ class PrepareResponse(BaseModel):
     """
     `sha256:` of the input messages.
     """
-    layout: Literal["legacy", "stable-prefix"]
+    layout: Literal["legacy", "stable-prefix", "transcript"]
     """
     The frame's layout.
     """

@@ -34,6 +34,7 @@ from typing import Literal, TypeAlias
 
 from context_assembly_client._models import (
     AccountingReport,
+    AnchorReport,
     AssemblyOptions,
     Block,
     BlockReport,
@@ -58,6 +59,7 @@ from context_assembly_client._models import (
     Observation,
     OpaquePart,
     OutputLimit,
+    Placement,
     Plugin,
     PreparationView,
     PrepareRequest,
@@ -71,6 +73,7 @@ from context_assembly_client._models import (
     Scope,
     SelectionReport,
     SkippedBreakpoint,
+    SourceFailureReport,
     SourceReport,
     TextPart,
     Timeline,
@@ -87,6 +90,7 @@ from context_assembly_client._models import (
 
 __all__ = [
     "AccountingReport",
+    "AnchorReport",
     "AssemblyOptions",
     "Block",
     "BlockReport",
@@ -112,6 +116,7 @@ __all__ = [
     "Observation",
     "OpaquePart",
     "OutputLimit",
+    "Placement",
     "Plugin",
     "PreparationView",
     "PrepareRequest",
@@ -127,6 +132,7 @@ __all__ = [
     "Scope",
     "SelectionReport",
     "SkippedBreakpoint",
+    "SourceFailureReport",
     "SourceReport",
     "TextPart",
     "Timeline",

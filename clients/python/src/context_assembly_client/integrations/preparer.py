@@ -139,7 +139,7 @@ class Breakpoint:
     """An Anthropic cache marker of the plan: after the last tool (``message`` is ``None``) or at
     the end of the frame message ``message``."""
 
-    after: Literal["tools", "instructions", "history"]
+    after: Literal["tools", "instructions", "history", "end"]
     ttl: Literal["5m", "1h"]
     message: int | None
 

@@ -1,0 +1,140 @@
+"""Counts anchored on the previous turn's usage report (core/anchor.py), through the real app on
+a real SQLite file: the part of a frame that repeats the previous one counts as the provider
+counted it, only what changed is estimated, and a frame is refused for overflow only when the
+anchored count says so."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from api_support import AppFactory
+
+MODEL = "claude-sonnet-4-5"  # counted with the conservative estimate
+PROSE = "The quarterly report lists revenue by region and the notes explain each change. "
+
+
+def body(history: list[dict[str, Any]], question: str, scope: str, **fields: Any) -> dict:
+    return {
+        "model": MODEL,
+        "instructions": "You are a careful analyst.",
+        "history": history,
+        "input": [{"role": "user", "content": question}],
+        "assembly": {"layout": "stable-prefix"},
+        "render": "anthropic",
+        "response_reserve": 1000,
+        "scope": {"task_id": scope},
+        **fields,
+    }
+
+
+def usage(client: Any, prep_id: str, input_tokens: int, call: str = "main") -> None:
+    payload = {
+        "report_id": secrets.token_hex(4),
+        "provider": "anthropic",
+        "call": call,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 10},
+    }
+    response = client.post(f"/v1/preparations/{prep_id}/usage", json=payload)
+    assert response.status_code == 200, response.text
+
+
+def exchange(number: int, words: int = 40) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": f"question {number}: " + PROSE * words},
+        {"role": "assistant", "content": f"answer {number}: " + PROSE * words},
+    ]
+
+
+def test_the_repeated_part_counts_as_the_provider_counted_it(make_client: AppFactory) -> None:
+    client = make_client()
+    scope = secrets.token_hex(4)
+    first = client.post("/v1/prepare", json=body(exchange(1), "question 2", scope)).json()
+    assert first["budget"]["count_source"] == "estimate"
+    assert first["budget"]["estimated_tokens"] == first["budget"]["total_input_tokens"]
+    provider = first["budget"]["total_input_tokens"] // 2  # the estimate is well over
+    usage(client, first["preparation_id"], provider)
+    history = [*exchange(1), {"role": "user", "content": "question 2"}]
+    history.append({"role": "assistant", "content": "answer 2"})
+    second = client.post("/v1/prepare", json=body(history, "question 3", scope)).json()
+    budget = second["budget"]
+    anchored = budget["anchored"]
+    assert budget["count_source"] == "anchored"
+    assert anchored["preparation_id"] == first["preparation_id"]
+    assert anchored["whole"] is True and anchored["shared_messages"] == 3
+    assert anchored["counted_tokens"] == provider
+    assert budget["total_input_tokens"] == provider + budget["estimated_tokens"]
+    terms = sum(
+        budget[k]
+        for k in (
+            "instructions_tokens",
+            "legacy_data_tokens",
+            "tools_tokens",
+            "history_tokens",
+            "input_tokens",
+            "data_tokens",
+        )
+    )
+    assert budget["total_input_tokens"] == terms - anchored["correction_tokens"]
+
+
+def test_a_changed_history_anchors_only_its_shared_part(make_client: AppFactory) -> None:
+    client = make_client()
+    scope = secrets.token_hex(4)
+    first = client.post("/v1/prepare", json=body([*exchange(1), *exchange(2)], "q", scope)).json()
+    usage(client, first["preparation_id"], 300)
+    edited = [*exchange(1), {"role": "user", "content": "another question"}]
+    edited.append({"role": "assistant", "content": "another answer"})
+    second = client.post("/v1/prepare", json=body(edited, "q", scope)).json()
+    anchored = second["budget"]["anchored"]
+    assert anchored["whole"] is False and anchored["shared_messages"] == 2
+    assert anchored["counted_tokens"] == min(anchored["estimated_tokens"], 300)
+
+
+def test_without_a_main_usage_report_or_with_a_changed_head_nothing_is_anchored(
+    make_client: AppFactory,
+) -> None:
+    client = make_client()
+    scope = secrets.token_hex(4)
+    first = client.post("/v1/prepare", json=body(exchange(1), "q", scope)).json()
+    usage(client, first["preparation_id"], 100, call="wrap_up")  # another frame's count
+    second = client.post("/v1/prepare", json=body(exchange(1), "q", scope)).json()
+    assert second["budget"]["count_source"] == "estimate"
+    usage(client, second["preparation_id"], 100)
+    other = body(exchange(1), "q", scope, instructions="Other instructions.")
+    third = client.post("/v1/prepare", json=other).json()
+    assert third["budget"]["count_source"] == "estimate"
+
+
+def test_exact_counts_are_not_anchored(make_client: AppFactory) -> None:
+    client = make_client()
+    scope = secrets.token_hex(4)
+    first = client.post("/v1/prepare", json=body(exchange(1), "q", scope, model="gpt-4o")).json()
+    assert first["budget"]["count_source"] == "exact"
+    assert first["budget"]["estimated_tokens"] == 0
+    usage(client, first["preparation_id"], 10)
+    second = client.post("/v1/prepare", json=body(exchange(1), "q", scope, model="gpt-4o")).json()
+    assert second["budget"]["count_source"] == "exact"
+
+
+def test_a_frame_the_estimate_refuses_is_taken_on_the_anchored_count(
+    make_client: AppFactory,
+) -> None:
+    """The estimate of a long conversation is over a small window; the provider's count of the
+    previous frame says it fits, and only that decides."""
+    client = make_client()
+    scope = secrets.token_hex(4)
+    history = exchange(1, words=60)
+    first = client.post("/v1/prepare", json=body(history, "q", scope)).json()
+    estimate = first["budget"]["total_input_tokens"]
+    window = estimate + 1000 - 200  # 200 short of the estimate plus the reserve
+    grown = [*history, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    refused = client.post(
+        "/v1/prepare", json=body(grown, "q2", secrets.token_hex(4), max_context_tokens=window)
+    )
+    assert refused.status_code == 422
+    assert refused.json()["code"] == "CONTEXT_OVERFLOW"
+    usage(client, first["preparation_id"], estimate // 2)
+    taken = client.post("/v1/prepare", json=body(grown, "q2", scope, max_context_tokens=window))
+    assert taken.status_code == 200, taken.text
+    assert taken.json()["budget"]["count_source"] == "anchored"
