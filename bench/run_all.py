@@ -29,6 +29,8 @@ BENCHES = (
     "bench_load.py",
     "bench_adapter.py",
     "bench_mcp.py",
+    "bench_timeline.py",
+    "bench_replay.py",
 )
 
 

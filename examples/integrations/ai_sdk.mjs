@@ -42,6 +42,7 @@ function mockModel() {
     outputTokens: { total: 6, text: 6, reasoning: undefined },
   });
   return new MockLanguageModelV3({
+    provider: "openai.chat", // the middleware maps the frame for the provider it calls
     modelId: "gpt-4o-mini",
     doGenerate: async (params) => ({
       content: [{ type: "text", text: "Metric it is." }],
@@ -139,4 +140,5 @@ const direct = mockModel();
 await generateText({ model: wrapLanguageModel({ model: direct, middleware: unreachable }), prompt: "Which units?" });
 console.log(`closed port: ${failures.join("; ")}; the model got ${direct.doGenerateCalls[0].prompt.length} message (${roles(direct.doGenerateCalls[0].prompt)})`);
 
-console.log(`stats: ${JSON.stringify(middleware.stats)} / closed port ${JSON.stringify(unreachable.stats)}`);
+console.log(`stats: ${JSON.stringify(middleware.stats)}`);
+console.log(`closed port stats: ${JSON.stringify(unreachable.stats)}`);

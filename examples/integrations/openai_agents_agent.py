@@ -1,12 +1,12 @@
 """An OpenAI Agents SDK run whose model calls are prepared by the service
-(``ContextAssemblyInputFilter`` and its hooks).
+(``ContextAssemblyInputFilter``, its run config and its model wrapper).
 
 The agent looks an order up with a tool, then answers: two model calls, each prepared with the
 application's saved notes (inline blocks from ``contributions``, built from the run's context)
 under a 300-token data limit. The model is a small implementation of the SDK's ``Model``
 interface that answers from a script, so nothing leaves loopback. Per call the example prints the
 preparation id, each block's decision (``source/id: status (reason) tokens=…``) and the budget;
-after the run, the usage report the hooks sent in the background. Block texts are never printed.
+after the run, the usage report the wrapped model sent in the background. Block texts are never printed.
 
     CONTEXT_ASSEMBLY_URL=http://127.0.0.1:8080 .venv/bin/python examples/integrations/openai_agents_agent.py
 """
@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
+from agents import Agent, ModelResponse, Runner, Usage, function_tool
 from agents.models.interface import Model
 from context_assembly_client import AsyncClient
 from context_assembly_client.integrations.openai_agents import ContextAssemblyInputFilter
@@ -125,16 +125,15 @@ async def main() -> None:
     agent = Agent(
         name="orders",
         instructions="You are a careful assistant.",
-        model=ScriptedModel(),
+        model=ca.model(ScriptedModel()),  # a Model object is wrapped; a model name is not
         tools=[lookup_order],
     )
-    # ... and, on each run, the filter and its hooks.
+    # ... and, on each run, the adapter's run config.
     result = await Runner.run(
         agent,
         "Where is order A42, and was it paid?",
         context=Context("Dana Ortiz"),
-        run_config=RunConfig(call_model_input_filter=ca, tracing_disabled=True),
-        hooks=ca.hooks,
+        run_config=ca.run_config(tracing_disabled=True),
     )
     print(
         f"agent answered after {len(prepared)} model calls ({len(str(result.final_output))} characters)"

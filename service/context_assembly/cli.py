@@ -1,4 +1,5 @@
-"""The ``context-assembly`` command: ``assemble`` (no server) and ``serve`` (the service).
+"""The ``context-assembly`` command: ``assemble`` (no server), ``serve`` (the service) and
+``replay`` (recorded conversations through the service, ``replay/command.py``).
 
 ``assemble [FILE]`` reads a prepare request (stdin without FILE), calls no contributor (inline
 contributions and the whiteboard only), and prints the prepare response JSON. On error it prints
@@ -231,6 +232,9 @@ def _parser() -> argparse.ArgumentParser:
         'needs the Redis store ([store] backend = "redis")',
     )
     p_serve.set_defaults(func=_cmd_serve)
+    from context_assembly.replay.command import add_parser as add_replay_parser
+
+    add_replay_parser(sub)
     return parser
 
 

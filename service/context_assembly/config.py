@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     JsonValue,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -33,6 +34,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from context_assembly.tokens.prices import LongContextTier, ModelPrices, PriceEntry
 from context_assembly.tokens.registry import ModelEntry, ModelRegistry
 from context_assembly.validation import nearest
 
@@ -269,11 +271,16 @@ class Settings(BaseSettings):
     # [models."name"]: the operator's model entries, added to the shipped registry or replacing
     # the shipped entry of the same name; validated like the data file's entries.
     models: dict[str, ModelEntry] = Field(default_factory=dict)
+    # [prices."name"]: the operator's prices, added to the shipped ones or replacing the shipped
+    # price of the same name; validated like the price file's entries. The name is a registry
+    # entry's (shipped or [models."name"]).
+    prices: dict[str, PriceEntry] = Field(default_factory=dict)
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "prices", mode="before")
     @classmethod
-    def _model_names_from_tables(cls, value: Any) -> Any:
-        # A table's name is the model's name: [models."gpt-5.2"] is the entry "gpt-5.2".
+    def _names_from_tables(cls, value: Any, info: ValidationInfo) -> Any:
+        # A table's name is the model's name: [models."gpt-5.2"] is the entry "gpt-5.2", and
+        # [prices."gpt-5.2"] its price.
         if not isinstance(value, Mapping):
             return value
         named: dict[Any, Any] = {}
@@ -281,7 +288,8 @@ class Settings(BaseSettings):
             if isinstance(table, Mapping):
                 if "name" in table:
                     raise ValueError(
-                        f"models.{name}: the table's name is the model's name; remove \"name\""
+                        f"{info.field_name}.{name}: the table's name is the model's name; "
+                        'remove "name"'
                     )
                 table = {"name": name, **table}
             named[name] = table
@@ -292,6 +300,18 @@ class Settings(BaseSettings):
     def _models_fit_the_registry(cls, value: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
         # A configured name or alias may not be another entry's name or alias.
         ModelRegistry.load().with_configured(value)
+        return value
+
+    @field_validator("prices")
+    @classmethod
+    def _prices_fit_the_registry(
+        cls, value: dict[str, PriceEntry], info: ValidationInfo
+    ) -> dict[str, PriceEntry]:
+        # Each name is a registry entry's (shipped or configured) and the rates fit its provider.
+        # With invalid [models] tables (reported on their own) there is no registry to check.
+        if value and "models" in info.data:
+            registry = ModelRegistry.load().with_configured(info.data["models"])
+            ModelPrices.load(registry).with_configured(value)
         return value
 
     @model_validator(mode="after")
@@ -481,6 +501,10 @@ def _section_model(path: list[str]) -> type[BaseModel] | None:
         return ContributorSettings if len(path) == 3 else None
     if path[0] == "models":  # [models."name"]: free names, then an entry's keys
         return ModelEntry if len(path) == 3 else None
+    if path[0] == "prices":  # [prices."name"]: free names, then a price's keys
+        if len(path) == 4 and path[2] == "long_context":
+            return LongContextTier
+        return PriceEntry if len(path) == 3 else None
     field = Settings.model_fields.get(path[0])
     annotation = field.annotation if field is not None else None
     if len(path) == 2 and isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -57,6 +57,13 @@ class ModelContext:
     entry: str | None = None
     # For an unknown model: the known names closest to it (the ``unknown_model`` warning).
     nearest: tuple[str, ...] = ()
+    # The estimate's calibration factor applied to the counts (``core/calibration.py``).
+    calibration: float | None = None
+
+    @property
+    def key(self) -> str:
+        """The name calibration is kept under: the registry entry, else the model as named."""
+        return self.entry if self.entry is not None else self.model
 
 
 def unknown_profile(model: str) -> ModelProfile:
@@ -71,26 +78,33 @@ def unknown_profile(model: str) -> ModelProfile:
 
 
 def model_context(
-    request: PrepareRequest, registry: ModelRegistry, model: str | None = None
+    request: PrepareRequest,
+    registry: ModelRegistry,
+    model: str | None = None,
+    *,
+    calibration: float | None = None,
 ) -> ModelContext:
     """Profile and counter for ``model`` (default: the request's); counts are exact only with
-    the model's own tokenizer."""
+    the model's own tokenizer. ``calibration``: the estimate's factor for this model
+    (``core/calibration.py``), applied when the counts are estimated."""
     name_ = model if model is not None else request.model_name
     found = registry.lookup(name_)
     profile = found if found is not None else unknown_profile(name_)
     wanted = request.options.tokenizer
     name = profile.tokenizer if wanted == "auto" else wanted
     exact = name != "estimate" and name == profile.tokenizer
-    # The estimate of a model whose tokenizer counts more carries the entry's factor.
+    # The estimate of a model whose tokenizer counts more carries the entry's factor, and the
+    # calibration's when the provider's counts gave one.
+    applied = calibration if name == "estimate" else None
     counter = (
-        estimate_counter(scale_fraction(profile.estimate_scale))
+        estimate_counter(scale_fraction(profile.estimate_scale) * scale_fraction(applied or 1.0))
         if name == "estimate"
         else get_counter(name)
     )
     if found is None:
         nearest = tuple(registry.nearest(name_))
-        return ModelContext(name_, profile, counter, exact, False, None, nearest)
-    return ModelContext(name_, profile, counter, exact, True, found.name)
+        return ModelContext(name_, profile, counter, exact, False, None, nearest, applied)
+    return ModelContext(name_, profile, counter, exact, True, found.name, (), applied)
 
 
 def unknown_model_detail(model: str, nearest: Sequence[str] = ()) -> str:
@@ -123,17 +137,19 @@ def run_assembly(
     pin_model: str | None = None,
     anchor: Anchor | None = None,
     prior: Prior | None = None,
+    calibration: float | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
     A request with ``models`` is routed; ``pin_model`` (refresh) keeps a routed preparation on
     the candidate it was routed to instead of routing again. ``anchor``: the previous turn and
     its provider count (``core/anchor.py``), used where it matches the frame; ``prior``: the
-    previous turn of a ``transcript`` (``core/transcript.py``).
+    previous turn of a ``transcript`` (``core/transcript.py``); ``calibration``: the
+    estimate's factor for the request's model (not routed ones).
     """
     local_now = local_time(now, request.timezone)
     if request.models is None:
-        ctx = model_context(request, registry)
+        ctx = model_context(request, registry, calibration=calibration)
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
@@ -146,6 +162,15 @@ def run_assembly(
         )
     # The answer names the registry entry its counts and window came from (None: unknown).
     selection = assembly.selection.model_copy(update={"model_entry": ctx.entry})
+    if ctx.calibration is not None:
+        calibrated = assembly.budget.count_source == "estimate"
+        budget = assembly.budget.model_copy(
+            update={
+                "calibration_factor": ctx.calibration,
+                "count_source": "calibrated" if calibrated else assembly.budget.count_source,
+            }
+        )
+        assembly = replace(assembly, budget=budget)
     return replace(assembly, selection=selection), ctx
 
 
@@ -353,7 +378,7 @@ def to_response(
         warning = ManifestWarning(
             code="unknown_model", detail=unknown_model_detail(ctx.model, ctx.nearest)
         )
-        selection = selection.model_copy(update={"warnings": [warning]})
+        selection = selection.model_copy(update={"warnings": [*selection.warnings, warning]})
     budget = assembly.budget
     reserve = budget.response_reserve + budget.reasoning_reserve_tokens
     limit = output_limit(reserve, ctx.profile.max_output_tokens)

@@ -83,6 +83,48 @@ class UsageRequest(Frozen):
         "`repair`: the repair frame's call.",
     )
     usage: JsonObject = Field(description="The provider's usage object, exactly as received.")
+    response_id: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="The provider's id of the response the usage came with (an OpenAI "
+        "`chatcmpl-…` or `resp_…`, an Anthropic `msg_…`), kept with the observation; absent when "
+        "the provider gave none.",
+    )
+    diagnostics: JsonObject | None = Field(
+        default=None,
+        description="The provider's cache diagnostics object of that response, exactly as "
+        "received (Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics`), kept with the "
+        "observation; absent when the provider returned none.",
+    )
+
+
+class CostReport(Frozen):
+    """What one usage report cost at the model's price, per bucket and in total (USD, rounded
+    to 1e-9)."""
+
+    currency: Literal["USD"] = Field(description="Always `USD`.")
+    uncached_input: float = Field(
+        description="Input tokens neither read from nor written to the cache."
+    )
+    cache_read: float = Field(description="Input tokens read from the cache.")
+    cache_write_5m: float = Field(
+        description="Input tokens written to the cache for 5 minutes (Anthropic)."
+    )
+    cache_write_1h: float = Field(
+        description="Input tokens written to the cache for 1 hour (Anthropic)."
+    )
+    cache_write: float = Field(
+        description="Input tokens written to the cache at the model's one write rate (OpenAI "
+        "GPT-5.6 and later)."
+    )
+    output: float = Field(description="Generated tokens, reasoning included.")
+    total: float = Field(description="The whole report.")
+    long_context: bool = Field(description="Whether the long-context rates applied.")
+    price: str = Field(description="The registry entry whose price applied.")
+    price_source: Literal["shipped", "configured"] = Field(
+        description="Where that price comes from (`GET /v1/models` shows it)."
+    )
 
 
 class Observation(Frozen):
@@ -112,6 +154,20 @@ class Observation(Frozen):
         description="The part of the input written to the provider's cache."
     )
     output_tokens: int | None = Field(description="Generated tokens, reasoning included.")
+    # ``None``: the report named none, or it was stored before the field existed.
+    response_id: str | None = Field(
+        default=None, description="The provider's response id the report named (`null`: none)."
+    )
+    diagnostics: JsonObject | None = Field(
+        default=None,
+        description="The provider's cache diagnostics object the report carried (`null`: none).",
+    )
+    # ``None``: no price for the model, or a report stored before costs were kept.
+    cost: CostReport | None = Field(
+        default=None,
+        description="What the call cost at the model's price (`null`: the model has no price, "
+        "or the report's buckets cannot be priced; never a guess).",
+    )
 
 
 class AccountingReport(Frozen):
@@ -135,7 +191,9 @@ class PreparationView(Frozen):
 
     preparation_id: str = Field(description="The preparation's id.")
     model: str = Field(description="The model the frame is for.")
-    layout: Literal["legacy", "stable-prefix"] = Field(description="The frame's layout.")
+    layout: Literal["legacy", "stable-prefix", "transcript"] = Field(
+        description="The frame's layout."
+    )
     render: str = Field(description="The frame's shape.")
     budget: BudgetReport = Field(description="The token budget, as prepare answered it.")
     selection: SelectionReport = Field(description="The manifest, as prepare answered it.")

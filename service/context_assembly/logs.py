@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import traceback
 
 import orjson
 import structlog
@@ -41,6 +42,18 @@ class _ToStructlog(logging.Handler):
             structlog.get_logger().log(record.levelno, record.getMessage(), **fields)
         except Exception:
             self.handleError(record)
+
+
+def frames(exc: BaseException) -> list[str]:
+    """Where ``exc`` was raised: module, line and function of each frame of its traceback,
+    outermost first (``context_assembly.api.routes:512 get_preparation``): the ``frames`` of an
+    ``unhandled_error`` line (an ``internal_error`` line writes its own the same way). Never the
+    exception's message, nor a frame's variables: either can hold what the code was handed (a
+    block's text, the input)."""
+    return [
+        f"{frame.f_globals.get('__name__', '?')}:{line} {frame.f_code.co_qualname}"
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+    ]
 
 
 def configure_logging(level: str = "info") -> None:

@@ -5,6 +5,14 @@ Everything about traces lives in this module; the rest of the service holds thre
 :func:`flush` at shutdown, and the lifecycle operations (``preparations/operations.py``) wear
 :func:`traced`.
 
+**The shutdown** waits ``FLUSH_MILLIS`` at most for the spans still in a batch, by the wall
+clock, whatever the exporter does: the SDK's ``force_flush`` ignores its timeout and exports
+every batch with the exporter's own timeout and retries (10 s each by default, against a
+collector that accepts connections and never answers), so it runs in a daemon thread that the
+shutdown stops waiting for; the spans it has not sent by then are dropped, logged as
+``tracing_flush_incomplete``. No exit hook of the SDK runs either (the provider is made without
+one): it would wait on the same exporter.
+
 **The switch** (:func:`enabled`): tracing is on when ``OTEL_TRACES_EXPORTER`` names an exporter
 (``otlp`` or ``console``; ``none`` is off) or, without it, when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set; ``OTEL_SDK_DISABLED=true`` turns it off whatever
@@ -41,8 +49,10 @@ failed operation records its problem ``code`` as ``error.type``, not its message
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
+import threading
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, cast
 
@@ -66,7 +76,7 @@ if TYPE_CHECKING:
 EXTRA: Final = "context-assembly[otel]"
 SERVICE_NAME: Final = "context-assembly"
 FLUSH_MILLIS: Final = 5_000
-"""How long a shutdown waits for the last spans to leave."""
+"""How long a shutdown waits for the last spans to leave, by the wall clock."""
 UNTRACED_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 """Probes and scrapes: many a minute, nothing to follow."""
 
@@ -157,7 +167,10 @@ def start(processor: SpanProcessor | None = None) -> TracerProvider | None:
         return None
     # Ours first, then what OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME say over it.
     ours = Resource.create({"service.name": SERVICE_NAME, "service.version": __version__})
-    provider = TracerProvider(resource=get_aggregated_resources([OTELResourceDetector()], ours))
+    # No exit hook: :func:`flush` is the shutdown's, bounded; the SDK's would wait on the exporter.
+    provider = TracerProvider(
+        resource=get_aggregated_resources([OTELResourceDetector()], ours), shutdown_on_exit=False
+    )
     for each in processors:
         provider.add_span_processor(each)
     AioHttpClientInstrumentor().instrument(tracer_provider=provider, url_filter=_without_query)
@@ -209,12 +222,39 @@ def _otlp_protocol() -> str:
     return "http/protobuf"
 
 
-async def flush() -> None:
-    """Export the spans still waiting in a batch; at shutdown (the app's lifespan), since uvicorn
-    ends the process by raising the signal it caught again, so no exit hook of the SDK runs."""
+async def flush(timeout_millis: int = FLUSH_MILLIS) -> bool:
+    """Export the spans still waiting in a batch, waiting ``timeout_millis`` at most by the wall
+    clock; at shutdown (the app's lifespan), since uvicorn ends the process by raising the signal
+    it caught again, so no exit hook runs. Returns whether the export ended in time.
+
+    The export runs in a daemon thread of its own, not the loop's executor, whose threads the
+    loop's end and the interpreter's exit both wait for: an exporter still retrying after the
+    bound holds neither.
+    """
     provider = _provider
-    if provider is not None:
-        await asyncio.to_thread(provider.force_flush, FLUSH_MILLIS)
+    if provider is None:
+        return True
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def export() -> None:
+        try:
+            provider.force_flush(timeout_millis)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle)
+
+    threading.Thread(target=export, name="context-assembly-trace-flush", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(done), timeout_millis / 1000)
+    except TimeoutError:
+        log.warning("tracing_flush_incomplete", waited_ms=timeout_millis)
+        return False
+    return True
 
 
 def stop() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from api_support import AppFactory
+from api_support import KEYS, AppFactory
 
 MODEL = "claude-sonnet-4-5"  # counted with the conservative estimate
 PROSE = "The quarterly report lists revenue by region and the notes explain each change. "
@@ -117,11 +117,13 @@ def test_exact_counts_are_not_anchored(make_client: AppFactory) -> None:
     assert second["budget"]["count_source"] == "exact"
 
 
-def test_a_frame_the_estimate_refuses_is_taken_on_the_anchored_count(
+def test_only_a_count_that_is_surely_over_the_window_is_refused(
     make_client: AppFactory,
 ) -> None:
-    """The estimate of a long conversation is over a small window; the provider's count of the
-    previous frame says it fits, and only that decides."""
+    """An estimate over the window that would fit were its estimated part half its size is not
+    refused: the frame carries the protected data only and says so; the provider's count (its
+    usage report) then anchors the next turn, and an anchored count over the window is refused.
+    An estimate over the window even at half its size is refused."""
     client = make_client()
     scope = secrets.token_hex(4)
     history = exchange(1, words=60)
@@ -129,12 +131,84 @@ def test_a_frame_the_estimate_refuses_is_taken_on_the_anchored_count(
     estimate = first["budget"]["total_input_tokens"]
     window = estimate + 1000 - 200  # 200 short of the estimate plus the reserve
     grown = [*history, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
-    refused = client.post(
-        "/v1/prepare", json=body(grown, "q2", secrets.token_hex(4), max_context_tokens=window)
-    )
+    optional = [
+        {"source": "notes", "revision": 1, "blocks": [{"id": "n1", "text": "an optional note"}]}
+    ]
+    fields = {
+        "max_context_tokens": window,
+        "plugins": [{"name": "notes", "instructions": "Notes."}],
+        "contributions": optional,
+    }
+    uncertain = client.post("/v1/prepare", json=body(grown, "q2", secrets.token_hex(4), **fields))
+    assert uncertain.status_code == 200, uncertain.text
+    answer = uncertain.json()
+    assert [w["code"] for w in answer["selection"]["warnings"]] == ["estimate_over_window"]
+    assert answer["budget"]["data_tokens"] == 0  # no optional data into an uncertain window
+    assert "an optional note" not in str(answer["frame"])
+    surely = body(grown, "q2", secrets.token_hex(4), max_context_tokens=estimate // 3)
+    refused = client.post("/v1/prepare", json=surely)
     assert refused.status_code == 422
     assert refused.json()["code"] == "CONTEXT_OVERFLOW"
     usage(client, first["preparation_id"], estimate // 2)
     taken = client.post("/v1/prepare", json=body(grown, "q2", scope, max_context_tokens=window))
     assert taken.status_code == 200, taken.text
     assert taken.json()["budget"]["count_source"] == "anchored"
+    assert "warnings" not in taken.json()["selection"]
+    # The provider counted the whole window for that frame: the anchored count is over it.
+    usage(client, taken.json()["preparation_id"], window)
+    over = client.post("/v1/prepare", json=body(grown, "q2", scope, max_context_tokens=window))
+    assert over.status_code == 422
+    assert over.json()["code"] == "CONTEXT_OVERFLOW"
+
+
+def test_reports_calibrate_the_estimate_per_model_and_show_in_the_models_list(
+    make_client: AppFactory,
+) -> None:
+    """Each main report of an estimated frame keeps the ratio of the provider's count to the
+    estimate; from five on, a new conversation's estimate is multiplied by the bounded factor
+    (the largest ratio plus a tenth), and GET /v1/models shows it."""
+    client = make_client()
+    ratios = [0.50, 0.55, 0.52, 0.58, 0.51]
+    for ratio in ratios:
+        prep = client.post("/v1/prepare", json=body(exchange(1), "q", secrets.token_hex(4))).json()
+        assert prep["budget"]["count_source"] == "estimate"
+        usage(client, prep["preparation_id"], round(prep["budget"]["total_input_tokens"] * ratio))
+    listed = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    calibration = listed[MODEL]["calibration"]
+    assert calibration["reports"] == 5
+    assert calibration["factor"] == round(max(ratios) * 1.1, 2)
+    assert listed["gpt-4o"]["calibration"] is None  # exact: nothing to calibrate
+    fresh = client.post("/v1/prepare", json=body(exchange(1), "q", secrets.token_hex(4))).json()
+    budget = fresh["budget"]
+    assert budget["count_source"] == "calibrated"
+    assert budget["calibration_factor"] == calibration["factor"]
+    estimate = prep["budget"]["total_input_tokens"]  # the same body, uncalibrated
+    assert estimate * max(ratios) <= budget["total_input_tokens"] < estimate
+
+
+def test_calibration_is_per_tenant(make_client: AppFactory) -> None:
+    client = make_client(auth=True)
+    headers = {name: {"Authorization": f"Bearer {key}"} for name, key in KEYS.items()}
+    first, second = list(headers)[:2]
+    for _ in range(5):
+        prep = client.post(
+            "/v1/prepare", json=body(exchange(1), "q", secrets.token_hex(4)), headers=headers[first]
+        ).json()
+        payload = {
+            "report_id": secrets.token_hex(4),
+            "provider": "anthropic",
+            "usage": {
+                "input_tokens": prep["budget"]["total_input_tokens"] // 2,
+                "output_tokens": 1,
+            },
+        }
+        response = client.post(
+            f"/v1/preparations/{prep['preparation_id']}/usage", json=payload, headers=headers[first]
+        )
+        assert response.status_code == 200
+    mine = client.get("/v1/models", headers=headers[first]).json()["models"]
+    theirs = client.get("/v1/models", headers=headers[second]).json()["models"]
+    anonymous = client.get("/v1/models").json()["models"]
+    assert next(m for m in mine if m["name"] == MODEL)["calibration"]["reports"] == 5
+    assert next(m for m in theirs if m["name"] == MODEL)["calibration"]["reports"] == 0
+    assert next(m for m in anonymous if m["name"] == MODEL)["calibration"] is None

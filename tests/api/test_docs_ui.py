@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
@@ -45,3 +48,36 @@ def test_the_page_loads_only_same_origin_assets_that_answer(
 def test_the_pages_are_not_in_the_openapi_document(make_client: AppFactory) -> None:
     paths = make_client().get("/openapi.json").json()["paths"]
     assert not {"/docs", "/redoc", "/docs-assets"} & set(paths)
+
+
+def _policy(header: str) -> dict[str, list[str]]:
+    """A Content-Security-Policy header's directives and their sources."""
+    directives = {}
+    for directive in header.split(";"):
+        name, *sources = directive.split()
+        directives[name] = sources
+    return directives
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_page_sends_a_content_security_policy(make_client: AppFactory, page: str) -> None:
+    """Scripts from the service only (Swagger UI's inline start-up script by its hash, which
+    matches the script the page holds), connections to the service only, nothing by default,
+    and no framing."""
+    answer = make_client().get(page)
+    policy = _policy(answer.headers["content-security-policy"])
+    assert policy["default-src"] == ["'none'"]
+    assert policy["connect-src"] == ["'self'"]
+    assert policy["frame-ancestors"] == ["'none'"] and policy["form-action"] == ["'none'"]
+    scripts = policy["script-src"]
+    assert scripts[0] == "'self'" and "'unsafe-inline'" not in scripts
+    inline = re.findall(r"<script>(.*?)</script>", answer.text, re.DOTALL)
+    hashes = [
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in inline
+    ]
+    if page == "/docs":
+        assert inline and scripts[1:] == hashes
+    else:  # ReDoc: no inline script; its bundle compiles schemas, its search runs in a worker
+        assert not inline and scripts[1:] == ["'unsafe-eval'"]
+        assert policy["worker-src"] == ["blob:"]

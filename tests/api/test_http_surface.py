@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -153,13 +154,15 @@ def test_a_trailing_slash_is_an_unknown_path(make_client: AppFactory) -> None:
 def test_an_unexpected_error_answers_500_with_the_request_id(
     make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A bug in a route is a 500 problem whose X-Request-Id is the one in its log line."""
+    """A bug in a route is a 500 problem whose X-Request-Id is the one in its log line; the
+    line says where the bug was raised (module, line and function of each frame, the route's
+    and the failing function's among them), never the exception's message."""
     from structlog.testing import capture_logs
 
     from context_assembly.preparations import Preparations
 
     async def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("a bug")
+        raise RuntimeError("a bug holding ZZ-text-ZZ")
 
     monkeypatch.setattr(Preparations, "get", broken)
     client = make_client()
@@ -169,6 +172,8 @@ def test_an_unexpected_error_answers_500_with_the_request_id(
     assert response.headers["x-request-id"] == "req-500"
     assert "a bug" not in response.text and "X-Request-Id" in body["detail"]
     errors = [line for line in logs if line["event"] == "unhandled_error"]
+    assert len(errors) == 1
+    frames = errors[0].pop("frames")
     assert errors == [
         {
             "event": "unhandled_error",
@@ -178,6 +183,11 @@ def test_an_unexpected_error_answers_500_with_the_request_id(
             "request_id": "req-500",
         }
     ]
+    assert frames[0].startswith("context_assembly.api.middleware:")  # outermost first
+    assert any(f.startswith("context_assembly.api.routes:") for f in frames)
+    assert frames[-1].startswith(f"{__name__}:") and frames[-1].endswith(".broken"), frames
+    assert all(re.fullmatch(r"[\w.]+:\d+ [\w.<>]+", f) for f in frames), frames
+    assert "ZZ-text-ZZ" not in str(errors) + str(frames)
 
 
 @pytest.mark.parametrize(

@@ -315,6 +315,38 @@ class TestUsage:
             assert last["input_token_delta"] == total - estimate
             assert response.json()["accounting"]["auxiliary"] is None
 
+    def test_the_response_id_and_cache_diagnostics_are_kept_with_the_observation(
+        self, make_client: AppFactory
+    ) -> None:
+        """A report's optional ``response_id`` and ``diagnostics`` (the provider's cache
+        diagnostics object, as received) are stored in the observation and shown by the
+        preparation; a report without them shows ``null``."""
+        client = make_client()
+        diagnostics = {"cache_miss_reason": {"type": "system_changed"}}
+        prep = _prepare(client)
+        path = f"/v1/preparations/{prep['preparation_id']}/usage"
+        body = {
+            "report_id": "r1",
+            "provider": "anthropic",
+            "usage": {"input_tokens": 100},
+            "response_id": "msg_01",
+            "diagnostics": diagnostics,
+        }
+        answer = client.post(path, json=body)
+        assert answer.status_code == 200, answer.text
+        last = answer.json()["accounting"]["last"]
+        assert (last["response_id"], last["diagnostics"]) == ("msg_01", diagnostics)
+        view = client.get(f"/v1/preparations/{prep['preparation_id']}").json()
+        assert view["accounting"]["last"]["diagnostics"] == diagnostics
+        other = _prepare(client)
+        plain = _report(
+            client, other["preparation_id"], "r2", "openai", "main", {"prompt_tokens": 5}
+        )
+        assert plain.json()["accounting"]["last"]["response_id"] is None
+        assert plain.json()["accounting"]["last"]["diagnostics"] is None
+        bad = client.post(path, json={**body, "report_id": "r3", "response_id": ""})
+        assert bad.status_code == 422 and "response_id" in bad.text
+
     def test_same_report_id_twice_changes_nothing_and_repair_is_auxiliary(
         self, make_client: AppFactory
     ) -> None:

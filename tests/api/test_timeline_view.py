@@ -14,6 +14,7 @@ from api_support import AppFactory, FakeWall
 from page_support import (
     Element,
     Page,
+    converse,
     new_scope,
     next_history,
     ok,
@@ -22,11 +23,12 @@ from page_support import (
     tool,
     turn_body,
 )
+from pydantic import ValidationError
 
 from context_assembly.api import pages, timeline
 from context_assembly.core.cache import expected_cached_tokens
 from context_assembly.core.result import CacheReport
-from context_assembly.preparations import turns
+from context_assembly.preparations import record, turns
 
 
 def _timeline(client: Any, prep_id: str, query: str = "") -> tuple[dict[str, Any], Page, str]:
@@ -381,3 +383,68 @@ def test_requests_without_a_scope_form_no_conversation(make_client: AppFactory) 
     second = prepare(client, scoped)
     assert second["selection"]["cache"]["previous_preparation_id"] == first["preparation_id"]
     assert len(_timeline(client, second["preparation_id"])[0]["turns"]) == 2
+
+
+def test_older_turns_are_read_for_their_turn_part_only(
+    make_client: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page reads each older record's turn part (``record.TurnRecord``), not the whole record:
+    no record but the one named in the path is validated whole, however many turns the page
+    shows (each was, before: a heavy record's manifest and hashes for nothing shown)."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = converse(client, wall, turn_body(new_scope()), 6)
+    whole = record.StoredPreparation.read.__func__  # type: ignore[attr-defined]
+    reads: list[str] = []
+
+    def counted(cls: type[record.StoredPreparation], found: Any) -> Any:
+        reads.append(found.id)
+        return whole(cls, found)
+
+    monkeypatch.setattr(record.StoredPreparation, "read", classmethod(counted))
+    data, _, _ = _timeline(client, ids[-1])
+    assert [t["preparation_id"] for t in data["turns"]] == ids
+    assert reads == [ids[-1]] * 3  # the path's record, once per form (JSON, HTML, text)
+
+
+def test_an_older_record_shows_though_its_other_parts_do_not_read(
+    make_client: AppFactory,
+) -> None:
+    """An older record whose manifest and hashes no longer read (a part a newer version wrote
+    otherwise, say) still shows its turn: the timeline does not read them."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = converse(client, wall, turn_body(new_scope()), 3)
+    app: Any = client.app
+    service = app.state.preparations
+
+    async def spoil() -> None:
+        found = await service.store.get("default", ids[0], wall())
+        data = {**found.data, "contributors": "not a list", "shape_hash": None}
+        data["response"] = {"layout": found.data["response"]["layout"]}  # no manifest
+        assert await service.store.replace_data("default", ids[0], data, wall())
+        spoiled = await service.store.get("default", ids[0], wall())
+        with pytest.raises(ValidationError):  # read whole, it fails
+            record.StoredPreparation.read(spoiled)
+
+    assert client.portal is not None
+    client.portal.call(spoil)
+    data, _, _ = _timeline(client, ids[-1])
+    assert [t["preparation_id"] for t in data["turns"]] == ids
+    assert data["turns"][0]["turn"] == 1 and data["turns"][0]["layout"] == "stable-prefix"
+
+
+def test_the_pages_send_a_policy_that_runs_no_script(make_client: AppFactory) -> None:
+    """The timeline and the breakdown pages come with a Content-Security-Policy that allows no
+    script and no request of any kind (their styles are inline), and hold no script."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = converse(client, wall, turn_body(new_scope()), 2)
+    for view in ("timeline", "breakdown"):
+        answer = client.get(f"/v1/preparations/{ids[-1]}/{view}", headers={"Accept": "text/html"})
+        assert answer.headers["content-type"].startswith("text/html")
+        policy = answer.headers["content-security-policy"]
+        assert policy == pages.POLICY
+        assert "default-src 'none'" in policy and "script-src" not in policy
+        assert "frame-ancestors 'none'" in policy
+        assert "<script" not in answer.text.lower()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import structlog
 from api_support import AppFactory, basic_request, neutral_frame
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -466,3 +469,41 @@ def test_on_without_the_extra_warns_once_and_serves(tmp_path: Path) -> None:
     assert result == {"status": 200, "seen": [None], "loaded": []}
     warnings = [line for line in output.splitlines() if "tracing_unavailable" in line]
     assert len(warnings) == 1 and tracing.EXTRA in warnings[0]
+
+
+class _HungProcessor(SimpleSpanProcessor):
+    """A processor whose flush never ends until released: an exporter stuck in its own timeout
+    and retries."""
+
+    def __init__(self) -> None:
+        super().__init__(InMemorySpanExporter())
+        self.release = threading.Event()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.release.wait(30)  # ignores its timeout, as the SDK's batch processor does
+        return True
+
+
+async def test_the_flush_is_bounded_by_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the exporter does, the flush waits its bound and no longer, logs the spans left
+    as ``tracing_flush_incomplete``, and leaves no thread that the loop or the interpreter would
+    wait for at exit (a daemon thread, not the loop's executor)."""
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    hung = _HungProcessor()
+    assert tracing.start(hung) is not None
+    try:
+        with structlog.testing.capture_logs() as logs:
+            started = time.monotonic()
+            assert await tracing.flush(timeout_millis=200) is False
+            took = time.monotonic() - started
+        assert 0.15 < took < 1.0, took
+        assert [(line["event"], line["waited_ms"]) for line in logs] == [
+            ("tracing_flush_incomplete", 200)
+        ]
+        flushing = [t for t in threading.enumerate() if t.name == "context-assembly-trace-flush"]
+        assert flushing and all(t.daemon for t in flushing)
+    finally:
+        hung.release.set()
+        tracing.stop()
+    assert await tracing.flush() is True  # off: nothing to wait for

@@ -24,12 +24,12 @@ def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_every_command_is_listed_with_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
     text = _help([], capsys)
-    assert set(_commands()) == {"assemble", "serve"}
+    assert set(_commands()) == {"assemble", "serve", "replay"}
     for name in _commands():
         assert re.search(rf"^\s+{name}\s+\S", text, re.MULTILINE), name
 
 
-@pytest.mark.parametrize("command", ["assemble", "serve"])
+@pytest.mark.parametrize("command", ["assemble", "serve", "replay"])
 def test_every_option_of_a_command_is_explained(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

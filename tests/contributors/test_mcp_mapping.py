@@ -21,6 +21,8 @@ from mcp_types import (
 
 from context_assembly.contributors.mcp import fill_arguments, latest_user_text
 from context_assembly.contributors.mcp_mapping import (
+    MAX_TTL_MS,
+    TTL_REVISION,
     Mapped,
     Skipped,
     add_resource,
@@ -56,18 +58,50 @@ def test_a_long_uri_is_cut_to_a_block_id_that_stays_unique() -> None:
     assert uri_id(first) != uri_id(second)
 
 
-def test_a_time_to_live_becomes_the_blocks_expiry() -> None:
-    """A read with ``ttlMs`` above 0 gives its blocks ``expires_at`` = now + ttl (RFC 3339, UTC);
-    ``ttlMs`` 0 (do not cache) and an absent one give none."""
+def test_a_time_to_live_becomes_the_blocks_expiry_at_the_revision_that_defines_it() -> None:
+    """On a session of revision 2026-07-28, a read with ``ttlMs`` above 0 gives its blocks
+    ``expires_at`` = now + ttl (RFC 3339, UTC), at most ``MAX_TTL_MS`` away (10^20 ms included);
+    ``ttlMs`` 0 (do not cache) and an absent one give none. At the handshake revisions a
+    server's ``ttlMs`` is not the protocol's: 1 ms gives no expiry either."""
     contents = [TextResourceContents(uri="docs://a", text="A")]
-    for result, expected in [
-        (ReadResourceResult(contents=contents, ttl_ms=90_000), "2026-12-01T07:01:30.000Z"),
-        (ReadResourceResult(contents=contents, ttl_ms=0), None),
-        (ReadResourceResult.model_validate({"contents": [{"uri": "docs://a", "text": "A"}]}), None),
+    longest = datetime.fromtimestamp((NOW_MS + MAX_TTL_MS) / 1000, tz=UTC)
+    for result, version, expected in [
+        (
+            ReadResourceResult(contents=contents, ttl_ms=90_000),
+            TTL_REVISION,
+            "2026-12-01T07:01:30.000Z",
+        ),
+        (
+            ReadResourceResult(contents=contents, ttl_ms=10**20),
+            TTL_REVISION,
+            longest.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        ),
+        (ReadResourceResult(contents=contents, ttl_ms=0), TTL_REVISION, None),
+        (
+            ReadResourceResult.model_validate({"contents": [{"uri": "docs://a", "text": "A"}]}),
+            TTL_REVISION,
+            None,
+        ),
+        (ReadResourceResult(contents=contents, ttl_ms=1), "2025-11-25", None),
+        (ReadResourceResult(contents=contents, ttl_ms=10**20), "2024-11-05", None),
     ]:
         mapped = Mapped()
-        add_resource(mapped, result, None, NOW_MS)
-        assert [b.expires_at for b in mapped.blocks] == [expected]
+        add_resource(mapped, result, None, NOW_MS, version)
+        assert [b.expires_at for b in mapped.blocks] == [expected], (result.ttl_ms, version)
+    assert MAX_TTL_MS == 30 * 24 * 3600 * 1000
+
+
+def test_integers_beyond_64_bits_are_kept_in_ids_revisions_and_structured_text() -> None:
+    """A server's JSON may hold integers beyond 64 bits (in ``_meta``, in ``structuredContent``):
+    the revision hash and the structured block take them as they are."""
+    big = 10**30
+    read = ReadResourceResult.model_validate(
+        {"contents": [{"uri": "docs://a", "text": "A", "_meta": {"n": big}}]}
+    )
+    assert resource_revision(None, read).startswith("sha256:")
+    mapped = Mapped()
+    add_tool_result(mapped, "lookup", CallToolResult(content=[], structured_content={"n": big}))
+    assert [b.text for b in mapped.blocks] == [f'{{"n":{big}}}']
 
 
 def test_binary_contents_are_skipped_with_their_size_never_text() -> None:
@@ -80,7 +114,7 @@ def test_binary_contents_are_skipped_with_their_size_never_text() -> None:
             BlobResourceContents(uri="docs://a.png", blob="iVBORw0KGgo=", mime_type="image/png"),
         ]
     )
-    add_resource(mapped, read, Annotations(priority=1.0), NOW_MS)
+    add_resource(mapped, read, Annotations(priority=1.0), NOW_MS, "2025-11-25")
     result = CallToolResult(
         content=[
             AudioContent(data="AAAA", mime_type="audio/wav"),

@@ -4,6 +4,7 @@ into the neutral shape with nothing lost, and rendered back for the same provide
 from __future__ import annotations
 
 import copy
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,230 @@ def test_a_request_without_provider_shapes_dumps_as_before() -> None:
     )
     assert "input_format" not in request.model_dump()
     assert "provider_fields" not in request.model_dump()["input"][0]
+
+
+# --------------------------------------------------------------------------- malformed shapes
+
+INPUT = [{"role": "user", "content": "hi"}]
+
+
+def refused(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The errors of the 422 ``body`` (a prepare with ``model`` and ``input`` added) gets.
+    (Written by the standard library, which writes an integer beyond 64 bits.)"""
+    raw = json.dumps({"model": "gpt-4o-mini", "input": INPUT, **body}).encode()
+    with pytest.raises(InvalidError) as caught:
+        assemble_bytes(raw, NOW)
+    errors: list[dict[str, Any]] = caught.value.to_problem()["errors"]
+    return errors
+
+
+@pytest.mark.parametrize("role", [[], {}, ["user"], {"user": 1}, 3, True])
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": None},  # OpenAI Chat
+        {"content": [{"type": "tool_result", "tool_use_id": "t"}]},  # Anthropic
+        {"type": "message", "content": "x"},  # OpenAI Responses
+    ],
+)
+def test_a_role_that_is_not_a_string_is_a_422_naming_it(message: dict[str, Any], role: Any) -> None:
+    """A list, an object, a number or a boolean as a provider message's role is refused at
+    ``history.0.role`` (a TypeError, a 500, before), saying what it got."""
+    errors = refused({"history": [{**message, "role": role}]})
+    assert errors[0]["loc"] == "history.0.role"
+    assert "role must be" in errors[0]["msg"] and repr(role) not in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("calls", [True, False, 0, 7, "x", {"id": "c"}])
+def test_tool_calls_that_a_function_call_joins_must_be_a_list(calls: Any) -> None:
+    """A Responses function_call after an assistant message whose tool_calls is not a list
+    names that message's tool_calls (a TypeError, a 500, for a boolean before; a number's
+    calls were dropped)."""
+    history = [
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"type": "function_call", "call_id": "c", "name": "n", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+    ]
+    errors = refused({"history": history})
+    assert [e["loc"] for e in errors][:1] == ["history.0.tool_calls"]
+
+
+@pytest.mark.parametrize("calls", [0, False, "", {"id": "c"}])
+def test_openai_chat_tool_calls_must_be_a_list(calls: Any) -> None:
+    """An OpenAI Chat message's tool_calls that is neither a list nor null is refused where it
+    is (a falsy one was dropped before)."""
+    errors = refused({"history": [{"role": "assistant", "content": None, "tool_calls": calls}]})
+    assert errors[0]["loc"] == "history.0.tool_calls"
+
+
+TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}
+CALL = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+OUTPUT = {"type": "function_call_output", "call_id": "c", "output": "ok"}
+HUGE = 2**70  # beyond 64 bits: JSON the service cannot encode again
+
+
+@pytest.mark.parametrize(
+    ("history", "loc"),
+    [
+        (  # the issue's case: a user turn split into a tool message and a user message
+            [
+                TOOL_USE,
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t", "content": "r"},
+                        {"type": "text", "text": "x"},
+                    ],
+                },
+                {"role": "user", "content": 123},
+            ],
+            "history.2.content",
+        ),
+        (  # a block of a user turn after its tool result, as sent
+            [
+                TOOL_USE,
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}, 5]},
+            ],
+            "history.1.content.1",
+        ),
+        (  # a carried block that cannot be encoded: the block as sent
+            [
+                TOOL_USE,
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t"},
+                        {"type": "text", "text": "x"},
+                        {"type": "image", "source": {"size": HUGE}},
+                    ],
+                },
+            ],
+            "history.1.content.2",
+        ),
+        (  # inside a tool result
+            [
+                TOOL_USE,
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t",
+                            "content": [{"type": "image", "source": {"size": HUGE}}],
+                        }
+                    ],
+                },
+            ],
+            "history.1.content.0.content.0",
+        ),
+        (  # an assistant turn split after a tool_use block: its second part
+            [
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "t", "name": "f"},
+                        {"type": "thinking", "thinking": "x", "signature": HUGE},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            ],
+            "history.0.content.1",
+        ),
+        (  # a tool_use block's extra field
+            [
+                {"role": "assistant", "content": [{**TOOL_USE["content"][0], "caller": HUGE}]},  # type: ignore[index]
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+            ],
+            "history.0.content.0",
+        ),
+        (  # a Responses call merged into the assistant message before it: the call as sent
+            [{"role": "assistant", "content": "thinking"}, {**CALL, "id": HUGE}, OUTPUT],
+            "history.1",
+        ),
+        (  # a call merged into a Chat assistant message after its own calls
+            [
+                {"role": "assistant", "content": None, "tool_calls": []},
+                CALL,
+                {**OUTPUT, "status": HUGE},
+            ],
+            "history.2",
+        ),
+        (  # an OpenAI Chat call's field
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                            "index": HUGE,
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c", "content": "ok"},
+            ],
+            "history.0.tool_calls.0",
+        ),
+        (  # a Responses reasoning item, carried as given
+            [{"type": "reasoning", "summary": [], "encrypted_content": HUGE}],
+            "history.0",
+        ),
+        (  # a neutral message after provider-shaped ones keeps its own place
+            [
+                TOOL_USE,
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t"},
+                        {"type": "text", "text": "x"},
+                    ],
+                },
+                {"role": "user", "name": 5},
+            ],
+            "history.2.name",
+        ),
+    ],
+)
+def test_a_422_names_the_message_and_place_the_caller_sent(history: list[Any], loc: str) -> None:
+    """Messages split (an Anthropic user turn with tool results, an assistant turn with
+    interleaved thinking) or merged (Responses function_call items) are validated as neutral
+    messages; the error names the caller's message and its field, not the neutral one's."""
+    errors = refused({"history": history})
+    locs = [e["loc"] for e in errors]
+    assert loc in locs, errors
+    message = ".".join(loc.split(".")[:2])
+    assert all(f"{at}.".startswith(f"{message}.") for at in locs), errors
+
+
+def test_a_broken_pairing_is_named_after_the_other_errors() -> None:
+    """A result without its call and a malformed message: both are named, the message first."""
+    history = [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
+        {"role": "user", "content": 123},
+    ]
+    errors = refused({"history": history})
+    assert [e["loc"] for e in errors] == ["history.1.content", "history.1.content", "history.0"]
+    assert errors[-1]["type"] == "tool_pairing"
+
+
+def test_input_errors_name_the_caller_input_message() -> None:
+    """``input`` is read and named the same way as ``history``."""
+    errors = refused(
+        {
+            "history": [TOOL_USE],
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t"},
+                        {"type": "text", "text": "x"},
+                    ],
+                },
+                {"role": "user", "content": [{"type": "input_text", "text": "a", "n": HUGE}]},
+            ],
+        }
+    )
+    assert "input.1.content.0" in [e["loc"] for e in errors]
+    assert all(e["loc"].startswith("input.1.") for e in errors)

@@ -544,6 +544,9 @@ def test_accounting_observation_fields_and_delta() -> None:
         "expected_cached_tokens": 0,
         "cache_creation_input_tokens": 0,
         "output_tokens": 12,
+        "response_id": None,
+        "diagnostics": None,
+        "cost": None,
     }
 
 

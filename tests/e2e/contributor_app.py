@@ -10,6 +10,8 @@ Behaviour by path:
   /late/<source>        wait until the client goes away (noted "closed"), then send the answer
                         all the same (noted "answered")
   /fail/<status>        answer that status
+  /fail-after/<tag>/<status>
+                        answer that status once /hang/<tag> has arrived
   /record/<source>      answer at once and append the raw request (headers + body) to RECORD_FILE
   /revision/<value>     answer {revision: <value>, blocks} for both packet types
   /state/<source>       like /revision, the value read from the file STATE_DIR/<source> ("r1" if none)
@@ -69,6 +71,8 @@ async def _until_disconnect(receive: Any) -> None:
 
 # /together: the calls of each group that have arrived, and the event all of them wait for.
 _GROUPS: dict[str, tuple[list[None], asyncio.Event]] = {}
+# /hang/<tag> sets its tag's event on arrival; /fail-after/<tag> waits for it.
+_HUNG: dict[str, asyncio.Event] = {}
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -103,6 +107,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         _note("closed", path)
         answer = {"revision": "r1", "blocks": _blocks(source)}
     elif kind == "hang":
+        _HUNG.setdefault(parts[-1], asyncio.Event()).set()
         await _until_disconnect(receive)
         _note("closed", path)
         return
@@ -122,6 +127,9 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     elif kind == "fail":
         status, answer = int(parts[1]), {"error": "boom"}
+    elif kind == "fail-after":
+        await _HUNG.setdefault(parts[1], asyncio.Event()).wait()
+        status, answer = int(parts[2]), {"error": "boom"}
     elif kind == "record":
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         _record({"headers": headers, "body": base64.b64encode(body).decode()})

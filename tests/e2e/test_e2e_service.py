@@ -156,11 +156,13 @@ def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
     """A 'fail' source answering 500 fails the prepare as soon as it answers (502 naming it),
     not when a hung 'omit' source reaches the 30 s deadline: the hung call is cancelled (its
     connection closed) without ever settling, so /metrics counts the failed call only."""
-    path = f"/hang/fail-fast-{uuid.uuid4().hex}"
+    tag = f"fail-fast-{uuid.uuid4().hex}"
+    path = f"/hang/{tag}"
     svc = service_factory(
         config(
             {
-                "broken": {"url": contributor.url("/fail/500")},
+                # Fails once the hung call has arrived, so the cancellation reaches a connection.
+                "broken": {"url": contributor.url(f"/fail-after/{tag}/500")},
                 "slow": {"url": contributor.url(path), "failure_policy": "omit"},
             }
         )

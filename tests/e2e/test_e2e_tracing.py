@@ -1,17 +1,22 @@
 """Traces from a real ``context-assembly serve`` process configured by ``OTEL_*`` variables alone:
 its OTLP/HTTP exporter posts to a loopback collector when the process stops, and its contributor
-calls carry the caller's trace to a loopback contributor."""
+calls carry the caller's trace to a loopback contributor. A collector that accepts connections and
+never answers does not hold the stop past its documented bound."""
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from e2e_support import BIN, free_port, stop, wait_ready
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -19,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from context_assembly.contributors.mcp import CLOSE_SESSION_SECONDS, SHUTDOWN_GRACE_SECONDS
+from context_assembly.tracing import FLUSH_MILLIS
 from loopback_handler import HandlerServer
 
 pytestmark = pytest.mark.e2e
@@ -137,3 +144,82 @@ def test_a_served_prepare_is_exported_and_continued_at_the_contributor(
     resources = {resource["service.name"] for resource, _ in receiver.spans}
     assert resources == {"assembly-e2e"}
     assert not [span.name for _, span in receiver.spans if "/readyz" in span.name]
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A loopback port that accepts connections (the kernel completes them: a listening socket
+    with a backlog) and never reads or answers: a collector that is up but hung."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        yield sock.getsockname()[1]
+
+
+def test_a_collector_that_never_answers_does_not_hold_the_stop(
+    tmp_path: Path, black_hole: int
+) -> None:
+    """With the collector accepting connections and never answering, and spans of 20 prepares
+    waiting in their batch, SIGTERM ends the process within the documented bound: the drain,
+    the MCP sessions' end and the 5 s the spans are given, whatever the exporter's own timeout
+    and retries (10 s each by default) would take. The spans left are logged as dropped."""
+
+    def contribute(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "a", "text": "x"}]})
+
+    drain = 0.5
+    bound = drain + CLOSE_SESSION_SECONDS + SHUTDOWN_GRACE_SECONDS + FLUSH_MILLIS / 1000 + 1.5
+    with HandlerServer(contribute) as contributor:
+        port = free_port()
+        config = tmp_path / "service.toml"
+        config.write_text(
+            f"[server]\ndrain_seconds = {drain}\n\n"
+            f'[store]\npath = "{tmp_path / "traced.db"}"\n\n'
+            f'[contributors.hook]\nurl = "{contributor.url()}"\n'
+        )
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{black_hole}",
+            "OTEL_BSP_SCHEDULE_DELAY": "600000",  # the spans wait for the shutdown
+        }
+        log_path = tmp_path / "service.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [
+                    str(BIN / "context-assembly"),
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--config",
+                    str(config),
+                ],
+                cwd=tmp_path,
+                env=env,
+                stderr=log,
+            )
+            try:
+                base = f"http://127.0.0.1:{port}"
+                wait_ready(f"{base}/readyz", proc)
+                body = {
+                    "model": "gpt-4o-mini",
+                    "plugins": [{"name": "docs"}],
+                    "contributors": [{"source": "docs", "endpoint": "hook"}],
+                    "input": [{"role": "user", "content": "hi"}],
+                }
+                for _ in range(20):
+                    answer = httpx.post(f"{base}/v1/prepare", json=body, timeout=30)
+                    assert answer.status_code == 200, answer.text
+                started = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=bound)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"still running {bound} s after SIGTERM")
+                took = time.monotonic() - started
+            finally:
+                stop(proc)
+    assert took >= FLUSH_MILLIS / 1000 * 0.9  # the spans were given their time
+    logged = [orjson.loads(line) for line in log_path.read_text().splitlines()]
+    [dropped] = [line for line in logged if line["event"] == "tracing_flush_incomplete"]
+    assert dropped["waited_ms"] == FLUSH_MILLIS
+    assert "stopped" in [line["event"] for line in logged]  # the rest of the shutdown ran

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agents import Agent as AgentsAgent
-from agents import RunConfig, Runner, function_tool
+from agents import Runner, function_tool
 from agents_fakes import RecordingModel, Turn, text_output
 from context_assembly_client.integrations.langchain import ContextAssemblyMiddleware
 from context_assembly_client.integrations.openai_agents import ContextAssemblyInputFilter
@@ -257,16 +257,16 @@ class OpenAIAgentsHarness:
         agent = AgentsAgent(
             name="orders",
             instructions=fixture["instructions"],
-            model=model,
+            model=adapter.model(model),
             tools=[function_tool(_lookup, name_override="lookup")],
         )
-        config = RunConfig(call_model_input_filter=adapter, tracing_disabled=True)
+        config = adapter.run_config(tracing_disabled=True)
         if fixture["stream"]:
-            result = Runner.run_streamed(agent, items, run_config=config, hooks=adapter.hooks)
+            result = Runner.run_streamed(agent, items, run_config=config)
             async for _ in result.stream_events():
                 pass
         else:
-            result = await Runner.run(agent, items, run_config=config, hooks=adapter.hooks)
+            result = await Runner.run(agent, items, run_config=config)
         call = model.calls[-1]
         return Observation(
             original=agents_events(fixture["recorded"]["openai_agents"]),

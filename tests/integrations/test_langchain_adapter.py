@@ -195,18 +195,27 @@ def cancel_order(order_id: str) -> str:
     return f"cancelled {order_id}"
 
 
-def test_an_anthropic_cache_plan_becomes_cache_control_in_langchain_types(
+def test_provider_settings_go_only_to_the_provider_s_own_class(
     service: Service, make_middleware: Callable[..., ContextAssemblyMiddleware]
 ) -> None:
-    """The plan's markers land on the system message, the last history message and the last tool
-    (in frame order) as langchain-anthropic reads them; the tools come back sorted by name."""
+    """A plan with Anthropic markers and an OpenAI key, for a model of neither class (as
+    ``AnthropicPromptCachingMiddleware`` checks the class): no ``cache_control`` on a message or
+    a tool, no key or retention among the call's arguments, every marker counted as skipped; the
+    tools still come back sorted by name. (``test_provider_classes`` shows both through the real
+    classes.)"""
     prepared: list[PrepareResponse] = []
     middleware = make_middleware(
         service.url,
         template={
             "model": "claude-sonnet-4-5",
             "assembly": {"layout": "stable-prefix"},
-            "cache": {"breakpoints": True, "ttl": "1h", "previous_preparation_id": None},
+            "cache": {
+                "breakpoints": True,
+                "ttl": "1h",
+                "key": "orders-A42",
+                "retention": "24h",
+                "previous_preparation_id": None,
+            },
         },
         on_prepared=prepared.append,
     )
@@ -226,32 +235,14 @@ def test_an_anthropic_cache_plan_becomes_cache_control_in_langchain_types(
         "instructions",
         "history",
     ]
-    marker = {"type": "ephemeral", "ttl": "1h"}
-    system, question, answer, *rest = model.calls[0]
-    assert system.content == [{"type": "text", "text": "Be exact.", "cache_control": marker}]
-    assert answer.content == [
-        {"type": "text", "text": "It left on Monday.", "cache_control": marker}
-    ]
-    assert question.content == "Where is A42?" and rest[-1].content == QUESTION
-    assert history[1].content == "It left on Monday."  # the agent's own message is untouched
+    assert middleware.stats.cache_markers_skipped == 3
+    assert "cache_control" not in repr(model.calls[0])
     (tools,) = model.bound_tools
     assert [t.name for t in tools] == ["cancel_order", "lookup_order"]
-    assert tools[-1].extras == {"cache_control": marker} and not cancel_order.extras
-    assert lookup_order.extras is None
-
-
-def test_an_openai_cache_key_reaches_the_model_call(
-    service: Service, make_middleware: Callable[..., ContextAssemblyMiddleware]
-) -> None:
-    """``prompt_cache_key`` and ``prompt_cache_retention`` of the plan are bound to the model call."""
-    middleware = make_middleware(
-        service.url,
-        template={"model": "gpt-4o-mini", "cache": {"key": "orders-A42", "retention": "24h"}},
-    )
-    model = answering_model()
-    agent_with(model, middleware).invoke({"messages": [HumanMessage(QUESTION)]})
-    assert model.call_kwargs[0]["prompt_cache_key"] == "orders-A42"
-    assert model.call_kwargs[0]["prompt_cache_retention"] == "24h"
+    assert not tools[-1].extras
+    assert "prompt_cache_key" not in model.call_kwargs[0]
+    assert "prompt_cache_retention" not in model.call_kwargs[0]
+    assert model.call_kwargs[0]["max_tokens"] == 4096  # the default reserve, for any class
 
 
 def test_a_template_cannot_set_what_the_runtime_fills() -> None:

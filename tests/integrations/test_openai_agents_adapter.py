@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, function_tool
+from agents import Agent, Runner, function_tool
 from agents_fakes import RecordingModel, Turn, function_call, text_output
 from context_assembly_client.integrations.openai_agents import ContextAssemblyInputFilter
 from context_assembly_client.types import PrepareResponse
@@ -58,26 +58,23 @@ async def test_a_tool_loop_is_prepared_call_by_call_with_the_run_context(service
             ),
         ]
     )
-    agent = Agent(name="orders", instructions="Be exact.", model=model, tools=[lookup])
+    agent = Agent(name="orders", instructions="Be exact.", model=ca.model(model), tools=[lookup])
     result = await Runner.run(
         agent,
         "Where is A42?",
         context=Context("acme-7"),
-        run_config=RunConfig(call_model_input_filter=ca, tracing_disabled=True),
-        hooks=ca.hooks,
+        run_config=ca.run_config(tracing_disabled=True),
     )
     await ca.aclose()
     assert result.final_output == "A42 has shipped."
     assert len(prepared) == 2 and all(p.budget.tools_tokens > 0 for p in prepared)
     second = model.calls[1].input
     kinds = [item.get("type") or item["role"] for item in map(dict, second)]
-    assert kinds == [
-        "user",
-        "user",
-        "function_call",
-        "function_call_output",
-    ]  # data, question, pair
-    assert "acme-7" in str(second[0]["content"])
+    # the per-turn message (a user item with the marker line: the model is not OpenAI's), the
+    # data, the question, the pair
+    assert kinds == ["user", "user", "user", "function_call", "function_call_output"]
+    assert str(second[0]["content"]).startswith("[developer instructions]\n")
+    assert "acme-7" in str(second[1]["content"])
     assert model.calls[1].instructions is not None and model.calls[1].instructions.startswith(
         "Be exact."
     )
@@ -107,9 +104,10 @@ async def test_runs_side_by_side_report_to_their_own_preparations(service: Servi
                 )
             ]
         )
-        agent = Agent(name=f"agent-{number}", model=model)
-        config = RunConfig(call_model_input_filter=ca, tracing_disabled=True)
-        await Runner.run(agent, f"question {number}", run_config=config, hooks=ca.hooks)
+        agent = Agent(name=f"agent-{number}", model=ca.model(model))
+        await Runner.run(
+            agent, f"question {number}", run_config=ca.run_config(tracing_disabled=True)
+        )
 
     await asyncio.gather(*(run(n) for n in range(4)))
     await ca.aclose()

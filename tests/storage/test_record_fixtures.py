@@ -25,6 +25,7 @@ from context_assembly.preparations.record import (
     PACKED_ROWS,
     RECORD_VERSION,
     StoredPreparation,
+    TurnRecord,
 )
 from context_assembly.storage import PreparationRecord
 
@@ -66,6 +67,18 @@ def test_a_record_reads_in_the_current_shape(name: str) -> None:
     assert stored.estimated_input_tokens == fixture["answer"]["budget"]["total_input_tokens"]
     # Written back (a repair does), it is a current record that reads the same.
     assert StoredPreparation.model_validate(stored.dump()) == stored
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_the_turn_part_reads_as_the_whole_record_does(name: str) -> None:
+    """What the timeline reads of a record of each shape (``TurnRecord``: the turn and the
+    fields a turn shows) is what the whole record says."""
+    record = PreparationRecord(**_fixture(name)["record"])
+    part, whole = TurnRecord.read(record), StoredPreparation.read(record)
+    assert part.cache == whole.cache
+    assert part.response.layout == whole.response.layout
+    shown = ("model", "render", "scope_hash", "estimated_input_tokens")
+    assert [getattr(part, f) for f in shown] == [getattr(whole, f) for f in shown]
 
 
 @pytest.mark.parametrize("name", SHAPES)

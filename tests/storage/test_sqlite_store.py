@@ -134,7 +134,7 @@ async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
     tmp_path: Path, now: float
 ) -> None:
     """A file written before the latest pointer existed opens as the current version with its
-    records, the pointer and the secrets."""
+    records, the pointer, the secrets and the calibration."""
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
     for statement in _SCHEMA:
@@ -155,10 +155,11 @@ async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
         latest = await store.latest("acme", "k", now)
         assert latest is not None and latest.id == "prep_new"
         assert await store.secret("s", b"k" * 32) == b"k" * 32
+        assert await store.calibration("acme", "m", 0.5) == [0.5]
     finally:
         await store.aclose()
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     check.close()
 
 

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from storage_support import RecordFactory, StoreFactory
 
+from context_assembly.core import calibration
 from context_assembly.storage import (
     Accounting,
     DuplicatePreparationIdError,
@@ -484,3 +485,33 @@ async def test_a_secret_is_kept_by_the_first_caller_for_every_instance(
     assert len(set(answers)) == 1 and answers[0] in {bytes([n]) * 32 for n in range(8)}
     assert await second.secret("cache-key", b"later" * 8) == answers[0]
     assert await first.secret("other", b"x" * 32) == b"x" * 32
+
+
+async def test_calibration_ratios_are_kept_per_tenant_and_model_for_every_instance(
+    store_factory: StoreFactory,
+) -> None:
+    """Concurrent reports on two instances all count; the newest ``WINDOW`` are kept, per tenant
+    and model; another tenant sees none of them."""
+    first, second = await store_factory(), await store_factory()
+    assert await first.calibration("acme", "claude-sonnet-4-5") == []
+    racing = [0.5 + n / 1000 for n in range(40)]
+    await asyncio.gather(
+        *(
+            store.calibration("acme", "claude-sonnet-4-5", ratio)
+            for ratio, store in zip(racing, [first, second] * 20, strict=True)
+        )
+    )
+    assert sorted(await first.calibration("acme", "claude-sonnet-4-5")) == racing
+    later = [0.6 + n / 1000 for n in range(20)]
+    for ratio in later:
+        await second.calibration("acme", "claude-sonnet-4-5", ratio)
+    kept = await first.calibration("acme", "claude-sonnet-4-5")
+    assert len(kept) == calibration.WINDOW
+    assert kept[-20:] == later and set(kept[:30]) <= set(racing)
+    await first.calibration("acme", "gemini-2.5-pro", 0.75)
+    assert await second.calibrations("acme") == {
+        "claude-sonnet-4-5": kept,
+        "gemini-2.5-pro": [0.75],
+    }
+    assert await second.calibrations("other") == {}
+    assert await second.calibration("other", "claude-sonnet-4-5") == []

@@ -307,5 +307,9 @@ def test_the_scaled_counter_counts_blocks_as_it_counts_pieces() -> None:
             counter.count(block_piece("b", "S.", True)),
         ),
     ]
-    with pytest.raises(ValueError, match="under-count"):
-        ScaledCounter(get_counter("estimate"), Fraction(9, 10))
+    # A calibration factor below 1 scales down; a scale must stay positive.
+    assert ScaledCounter(get_counter("estimate"), Fraction(1, 2)).count("x" * 80) == -(
+        -get_counter("estimate").count("x" * 80) // 2
+    )
+    with pytest.raises(ValueError, match="positive"):
+        ScaledCounter(get_counter("estimate"), Fraction(0))

@@ -26,14 +26,22 @@
  *   unchanged) is the caller's own prompt message again, the same object, with its provider
  *   options, file data, reasoning and tool output types intact. Equal messages are matched from
  *   the end, so when the service dropped the oldest history the newest copies are the ones kept.
- * - The messages the service writes are mapped: `system` and `developer` become AI SDK `system`
- *   messages (the AI SDK has no developer role), the data message a `user` message.
+ * - The messages the service writes are mapped in the terms of the provider the call goes to
+ *   ({@link providerTraits}), as the service's own provider renders place them. The leading run
+ *   of `system` / `developer` messages (before the first other message) are AI SDK `system`
+ *   messages, which every provider sends as its system prompt. A later one (the per-turn
+ *   developer message of `stable-prefix` and `transcript`, before the latest user turn) stays a
+ *   `system` message for OpenAI, which takes system messages anywhere; for every other provider
+ *   (Anthropic's Messages API refuses a system role inside `messages`) it is a `user` message
+ *   whose text begins with the marker line `[developer instructions]` (`[system instructions]`),
+ *   as the service's `anthropic` render writes it. The data message is a `user` message.
  * - Tools are the caller's own tool objects, in the frame's order.
- * - With a cache plan (`selection.cache`), each breakpoint puts
+ * - With a cache plan (`selection.cache`) and an Anthropic model, each breakpoint puts
  *   `providerOptions.anthropic.cacheControl = {type: "ephemeral"}` (`ttl: "1h"` when planned)
- *   on the message it names, and `after: "tools"` on the last function tool;
- *   `prompt_cache_key` / `prompt_cache_retention` become `providerOptions.openai.promptCacheKey`
- *   / `promptCacheRetention` of the call. Options the caller set already are kept as they are.
+ *   on the message it names, and `after: "tools"` on the last function tool; for another
+ *   provider the markers are left out (counted). With an OpenAI model, `prompt_cache_key` /
+ *   `prompt_cache_retention` become `providerOptions.openai.promptCacheKey` /
+ *   `promptCacheRetention` of the call. Options the caller set already are kept as they are.
  */
 
 import { createHash } from "node:crypto";
@@ -68,6 +76,36 @@ type CachePlan = CacheReport & {
 
 /** The frame could not be carried back into the AI SDK's prompt types (a failure of the adapter). */
 export class FrameMappingError extends ContextAssemblyError {}
+
+/** What the model a call goes to takes, read from its AI SDK provider id (`model.provider`). */
+export interface ProviderTraits {
+  /** The provider id: `anthropic.messages`, `openai.chat`, `openai.responses`, ... */
+  provider: string;
+  /** A system message after the first turn is sent as one and accepted (OpenAI). */
+  laterSystem: boolean;
+  /** Reads Anthropic cache markers (`providerOptions.anthropic.cacheControl`). */
+  anthropicCache: boolean;
+  /** Reads OpenAI's `providerOptions.openai.promptCacheKey` / `promptCacheRetention`. */
+  openaiCache: boolean;
+}
+
+/**
+ * The traits of an AI SDK provider id. `openai.*` (`@ai-sdk/openai`: Chat, Responses) is OpenAI;
+ * an id with an `anthropic` segment (`anthropic.messages`, `vertex.anthropic.messages`) is
+ * Anthropic. Any other provider is taken to refuse a later system message and to read neither
+ * provider's cache options.
+ */
+export function providerTraits(provider: string): ProviderTraits {
+  const segments = provider.toLowerCase().split(".");
+  const openai = segments[0] === "openai";
+  return { provider, laterSystem: openai, anthropicCache: segments.includes("anthropic"), openaiCache: openai };
+}
+
+/** The call options for the frame, and the cache markers of the plan the provider had no place for. */
+export interface AppliedFrame {
+  params: CallOptions;
+  markersSkipped: number;
+}
 
 /** Where a neutral message came from: a whole prompt message, or one part of a tool message. */
 interface Origin {
@@ -275,12 +313,18 @@ function partsOf(message: Message, index: number, mapping: CallMapping): Content
   });
 }
 
-/** A frame message that is not one the adapter sent (the service wrote it), in the AI SDK's types. */
-function promptMessage(message: Message, index: number, mapping: CallMapping): PromptMessage {
+/**
+ * A frame message that is not one the adapter sent (the service wrote it), in the AI SDK's types.
+ * `leading`: it is in the frame's leading run of system and developer messages.
+ */
+function promptMessage(message: Message, index: number, mapping: CallMapping, leading: boolean, traits: ProviderTraits): PromptMessage {
   switch (message.role) {
     case "system":
-    case "developer":
-      return { role: "system", content: textOf(message.content, index) } satisfies SystemMessage;
+    case "developer": {
+      const text = textOf(message.content, index);
+      if (leading || traits.laterSystem) return { role: "system", content: text } satisfies SystemMessage;
+      return { role: "user", content: [{ type: "text", text: `[${message.role} instructions]\n${text}` }] } satisfies UserMessage;
+    }
     case "user":
       return { role: "user", content: partsOf(message, index, mapping) as UserPart[] } satisfies UserMessage;
     case "assistant": {
@@ -327,11 +371,16 @@ interface Placement {
 }
 
 /**
- * The call options with the frame's messages and tools (and the cache plan's provider options)
- * in place of the caller's. Throws {@link FrameMappingError} when the frame holds something the
- * adapter cannot carry back.
+ * The call options with the frame's messages and tools (and the cache plan's provider options,
+ * for the provider `traits` describe) in place of the caller's. Throws
+ * {@link FrameMappingError} when the frame holds something the adapter cannot carry back.
  */
-export function applyFrame(params: CallOptions, mapping: CallMapping, prepared: Pick<PrepareResponse, "frame" | "selection">): CallOptions {
+export function applyFrame(
+  params: CallOptions,
+  mapping: CallMapping,
+  prepared: Pick<PrepareResponse, "frame" | "selection">,
+  traits: ProviderTraits,
+): AppliedFrame {
   const frameMessages = prepared.frame.messages;
   const frameTools = prepared.frame.tools ?? [];
   if (!Array.isArray(frameMessages) || !Array.isArray(frameTools)) throw new FrameMappingError("the frame is not a neutral frame");
@@ -346,6 +395,10 @@ export function applyFrame(params: CallOptions, mapping: CallMapping, prepared: 
   const callNames = new Map<string, string>();
   for (const message of messages) for (const call of message.tool_calls ?? []) callNames.set(call.id, call.name);
 
+  // The leading run of system and developer messages: the provider's system prompt.
+  let leadingRun = 0;
+  while (leadingRun < messages.length && (messages[leadingRun]?.role === "system" || messages[leadingRun]?.role === "developer")) leadingRun++;
+
   const prompt: PromptMessage[] = [];
   const placements: Placement[] = [];
   const rebuilt: { at: number; source: ToolMessage }[] = [];
@@ -357,7 +410,7 @@ export function applyFrame(params: CallOptions, mapping: CallMapping, prepared: 
       prompt.push(origin.message); // a whole message of the caller's
     } else if (origin === null && message.role !== "tool") {
       open = null;
-      prompt.push(promptMessage(message, index, mapping)); // written by the service
+      prompt.push(promptMessage(message, index, mapping, index < leadingRun, traits)); // written by the service
     } else {
       // A tool result: consecutive results of one caller's tool message (or of none) are one again.
       const source = origin === null ? null : (origin.message as ToolMessage);
@@ -380,7 +433,9 @@ export function applyFrame(params: CallOptions, mapping: CallMapping, prepared: 
   }
 
   const plan = (prepared.selection.cache ?? null) as CachePlan | null;
-  for (const breakpoint of plan?.breakpoints ?? []) {
+  const breakpoints = plan?.breakpoints ?? [];
+  const markers = traits.anthropicCache ? breakpoints : [];
+  for (const breakpoint of markers) {
     if (breakpoint.message === undefined || breakpoint.message === null) continue;
     const placement = placements[breakpoint.message];
     const target = placement === undefined ? undefined : prompt[placement.message];
@@ -400,20 +455,24 @@ export function applyFrame(params: CallOptions, mapping: CallMapping, prepared: 
     if (original === undefined) throw new FrameMappingError(`frame.tools names ${JSON.stringify(tool.name)}, a tool the call does not have`);
     return original;
   });
-  const toolsMarker = plan?.breakpoints.find((breakpoint) => breakpoint.after === "tools");
+  let markersSkipped = breakpoints.length - markers.length;
+  const toolsMarker = markers.find((breakpoint) => breakpoint.after === "tools");
   const lastTool = callTools.at(-1);
   // Provider tools carry no provider options in the AI SDK: no marker can go on one.
-  if (toolsMarker !== undefined && lastTool?.type === "function") callTools[callTools.length - 1] = withCacheControl(lastTool, toolsMarker.ttl);
+  if (toolsMarker !== undefined) {
+    if (lastTool?.type === "function") callTools[callTools.length - 1] = withCacheControl(lastTool, toolsMarker.ttl);
+    else markersSkipped++;
+  }
 
   const next: CallOptions = { ...params, prompt };
   if (params.tools !== undefined || callTools.length > 0) next.tools = callTools;
   const key = plan?.prompt_cache_key ?? undefined;
   const retention = plan?.prompt_cache_retention ?? undefined;
-  if (key !== undefined || retention !== undefined) {
+  if (traits.openaiCache && (key !== undefined || retention !== undefined)) {
     const openai: Record<string, string> = {};
     if (key !== undefined) openai.promptCacheKey = key;
     if (retention !== undefined) openai.promptCacheRetention = retention;
     next.providerOptions = { ...params.providerOptions, openai: { ...openai, ...params.providerOptions?.openai } };
   }
-  return next;
+  return { params: next, markersSkipped };
 }

@@ -9,58 +9,81 @@
  *    `tools`), adds the application's `template` (model, budgets, plugins, contributors, cache,
  *    scope) and the blocks its `contributions` function returns, forces `render` and
  *    `input_format` to `neutral`, prepares under the adapter's own deadline (`timeoutMs`) and
- *    puts the frame in place of the prompt and tools, with the cache plan's provider options.
+ *    puts the frame in place of the prompt and tools, in the terms of the wrapped model's
+ *    provider (`model.provider`), with the cache plan's options for that provider only, and the
+ *    output limit the budget reserved as `maxOutputTokens` (unless the call set a smaller one).
+ *    The request's `model` is the wrapped model's `modelId` unless the template names one; its
+ *    layout is `transcript` unless the template's `assembly` names one.
  * 2. `wrapGenerate` / `wrapStream` let the model answer, then report its usage to the service in
- *    the background (`call: "main"`, the AI SDK's usage as the `normalized` shape), when the
- *    answer (or the stream's `finish` part) arrives. A failed report never touches the answer:
- *    it is passed to `onError` (else `console.warn`) and counted in `stats.usageReportFailures`.
- *    The answer's `providerMetadata.contextAssembly.preparationId` names the preparation.
+ *    the background (`call: "main"`, the AI SDK's usage as the `normalized` shape, the
+ *    provider's response id as `response_id`), when the answer (or the stream's `finish` part)
+ *    arrives. A failed report never touches the answer: it is passed to `onError` (else
+ *    `console.warn`) and counted in `stats.usageReportFailures`. The answer's
+ *    `providerMetadata.contextAssembly.preparationId` names the preparation.
  *
  * Failures of the service fail open by default: no answer, no answer within `timeoutMs`, a 5xx,
- * or a frame the adapter cannot map back → one warning, and the call goes on with its original
- * prompt. `failOpen: false` throws them instead. A 4xx answer (a bad template, an overflow that
- * no selection can fix) always throws, and so does the caller's own abort.
+ * or a call or frame the adapter cannot map → one warning, and the call goes on with its
+ * original prompt. A mapping failure is a bug of the adapter: its warning carries the error's
+ * stack frames (never its message, which may quote the conversation) and
+ * `stats.mappingFailures` counts it. `failOpen: false` throws them instead. A 4xx answer (a bad
+ * template, an overflow that no selection can fix) always throws, and so does the caller's own
+ * abort.
  */
 
 import type { LanguageModelMiddleware } from "ai";
 
 import { ContextAssemblyClient } from "./client.js";
 import { APIStatusError, APIUserAbortError } from "./errors.js";
-import { applyFrame, mapCall, type CallOptions } from "./ai-sdk-frame.js";
-import type { Contribution, PrepareRequest } from "./types.js";
+import { applyFrame, mapCall, providerTraits, type CallOptions, type ProviderTraits } from "./ai-sdk-frame.js";
+import type { Contribution, PrepareRequest, UsageRequest } from "./types.js";
 
-export { FrameMappingError, type CallOptions } from "./ai-sdk-frame.js";
+export { FrameMappingError, providerTraits, type CallOptions, type ProviderTraits } from "./ai-sdk-frame.js";
 
 type WrapGenerateArgs = Parameters<NonNullable<LanguageModelMiddleware["wrapGenerate"]>>[0];
 type GenerateResult = Awaited<ReturnType<WrapGenerateArgs["doGenerate"]>>;
 type StreamResult = Awaited<ReturnType<WrapGenerateArgs["doStream"]>>;
 type StreamPart = StreamResult["stream"] extends ReadableStream<infer Part> ? Part : never;
 type Usage = GenerateResult["usage"];
+type ProviderMetadata = GenerateResult["providerMetadata"];
 
 /** The adapter's deadline for one prepare when none is given, in milliseconds. */
 export const DEFAULT_PREPARE_TIMEOUT_MS = 5_000;
 /** The `report_id` of the one `main` usage report each preparation gets. */
 export const USAGE_REPORT_ID = "ai-sdk-main";
 
+/** The layout a prepare gets when the template's `assembly` names none. */
+export const DEFAULT_LAYOUT = "transcript";
+
 /**
  * Everything of a prepare request except the parts the call supplies (`instructions`, `history`,
- * `input` in the neutral shape, `tools`), `render` (always `neutral`) and managed routing (`models`, `routing`: the
- * AI SDK calls the model it wraps, whatever a routing would choose). Without `model`, the
- * wrapped model's id is the `model`.
+ * `input` in the neutral shape, `tools`), `render` (always `neutral`) and managed routing
+ * (`models`, `routing`: the AI SDK calls the model it wraps, whatever a routing would choose).
+ * Without `model`, the wrapped model's `modelId` is the `model`; without `assembly.layout`, the
+ * layout is `transcript`.
  */
 export type PrepareTemplate = Omit<PrepareRequest, "instructions" | "history" | "input" | "input_format" | "tools" | "render" | "models" | "routing">;
 
 export interface CallInfo {
   type: "generate" | "stream";
+  /** The wrapped model's AI SDK provider id (`anthropic.messages`, `openai.chat`, ...). */
+  provider: string;
+  /** The wrapped model's id. */
+  modelId: string;
 }
 
 /** Inline blocks for one call, e.g. read from the application's own store. */
 export type ContributionsFunction = (params: CallOptions, info: CallInfo) => Contribution[] | PromiseLike<Contribution[]>;
 
 export interface ErrorInfo {
-  /** `prepare`: before the model call (the call went on with its original prompt); `usage`: the report after it. */
-  phase: "prepare" | "usage";
+  /**
+   * `prepare`: the service or the application's `contributions` failed before the model call;
+   * `mapping`: the adapter could not map the call or the frame (a bug of the adapter); in both
+   * the call went on with its original prompt. `usage`: the report after the call.
+   */
+  phase: "prepare" | "mapping" | "usage";
   preparationId?: string;
+  /** For `mapping`: the error's stack frames (`at ...` lines), without its message. */
+  frames?: string[];
 }
 
 interface CommonOptions {
@@ -82,6 +105,10 @@ export interface ContextAssemblyMiddlewareStats {
   prepared: number;
   /** Calls that went on with their original prompt because the service or the adapter failed. */
   failedOpen: number;
+  /** Calls whose prompt or frame the adapter failed to map (thrown or failed open). */
+  mappingFailures: number;
+  /** Anthropic cache markers of a plan left out: the model's provider does not read them, or the last tool is a provider tool. */
+  cacheMarkersSkipped: number;
   usageReports: number;
   usageReportFailures: number;
 }
@@ -95,6 +122,36 @@ export type ContextAssemblyMiddleware = LanguageModelMiddleware & {
 function describe(error: unknown): string {
   if (error instanceof APIStatusError) return `${error.name} ${error.status}${error.code ? ` ${error.code}` : ""}`;
   return error instanceof Error ? error.name : typeof error;
+}
+
+/** The `at ...` lines of an error's stack: where it was thrown, without its message. */
+function stackFrames(error: unknown): string[] {
+  const stack = error instanceof Error ? error.stack : undefined;
+  if (typeof stack !== "string") return [];
+  return stack
+    .split("\n")
+    .filter((line) => /^\s+at /.test(line))
+    .map((line) => line.trim());
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+/**
+ * The provider's cache diagnostics object of a response, when it returned one: OpenAI's
+ * `prompt_cache_diagnostics` (`providerMetadata.openai.promptCacheDiagnostics`, or the raw body
+ * of a generated answer), Anthropic's `diagnostics` (the raw body of a generated answer).
+ */
+function cacheDiagnostics(traits: ProviderTraits, providerMetadata: ProviderMetadata, body?: unknown): Record<string, unknown> | undefined {
+  let found: unknown;
+  if (traits.openaiCache) {
+    const openai = providerMetadata?.openai;
+    found = isPlainObject(openai) && isPlainObject(openai.promptCacheDiagnostics) ? openai.promptCacheDiagnostics : isPlainObject(body) ? body.prompt_cache_diagnostics : undefined;
+  } else if (traits.anthropicCache) {
+    found = isPlainObject(body) ? body.diagnostics : undefined;
+  }
+  return isPlainObject(found) ? found : undefined;
 }
 
 /** The AI SDK's usage in the service's `normalized` shape; absent counts are left out. */
@@ -113,14 +170,27 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
   const failOpen = options.failOpen ?? true;
   const timeoutMs = options.timeoutMs ?? DEFAULT_PREPARE_TIMEOUT_MS;
   const template = options.template;
-  const stats: ContextAssemblyMiddlewareStats = { prepared: 0, failedOpen: 0, usageReports: 0, usageReportFailures: 0 };
+  const stats: ContextAssemblyMiddlewareStats = {
+    prepared: 0,
+    failedOpen: 0,
+    mappingFailures: 0,
+    cacheMarkersSkipped: 0,
+    usageReports: 0,
+    usageReportFailures: 0,
+  };
   const preparations = new WeakMap<CallOptions, string>(); // transformed params → preparation id
   const pending = new Set<Promise<void>>();
 
   const warn = (error: unknown, info: ErrorInfo): void => {
     if (options.onError === undefined) {
-      const what = info.phase === "prepare" ? "prepare failed; the model call goes on with its original prompt" : `usage report for ${info.preparationId} failed`;
-      console.warn(`context-assembly: ${what} (${describe(error)})`);
+      let line: string;
+      if (info.phase === "usage") line = `usage report for ${info.preparationId} failed (${describe(error)})`;
+      else if (info.phase === "prepare") line = `prepare failed; the model call goes on with its original prompt (${describe(error)})`;
+      else {
+        const frames = (info.frames ?? []).map((frame) => `\n    ${frame}`).join("");
+        line = `mapping the call failed (a bug of the adapter); the model call goes on with its original prompt (${describe(error)})${frames}`;
+      }
+      console.warn(`context-assembly: ${line}`);
       return;
     }
     try {
@@ -130,8 +200,10 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
     }
   };
 
-  const report = (preparationId: string, usage: Usage): void => {
-    const body = { report_id: USAGE_REPORT_ID, provider: "normalized" as const, call: "main" as const, usage: normalizedUsage(usage) };
+  const report = (preparationId: string, usage: Usage, responseId: string | undefined, diagnostics: Record<string, unknown> | undefined): void => {
+    const body: UsageRequest = { report_id: USAGE_REPORT_ID, provider: "normalized", call: "main", usage: normalizedUsage(usage) };
+    if (responseId !== undefined && responseId !== "") body.response_id = responseId;
+    if (diagnostics !== undefined) body.diagnostics = diagnostics;
     const settled = client.reportUsage(preparationId, body, { timeoutMs }).then(
       () => {
         stats.usageReports++;
@@ -145,7 +217,7 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
     void settled.then(() => pending.delete(settled));
   };
 
-  const tagged = <T extends { providerMetadata?: GenerateResult["providerMetadata"] }>(item: T, preparationId: string): T => ({
+  const tagged = <T extends { providerMetadata?: ProviderMetadata }>(item: T, preparationId: string): T => ({
     ...item,
     providerMetadata: { ...item.providerMetadata, contextAssembly: { preparationId } },
   });
@@ -159,9 +231,14 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
     },
 
     async transformParams({ params, type, model }) {
+      // Which part failed: the adapter's own mapping (a bug), or the service and contributions.
+      let phase: "mapping" | "prepare" = "mapping";
+      let preparationId: string | undefined;
       try {
+        const traits = providerTraits(model.provider);
         const mapping = mapCall(params);
-        const extra = options.contributions === undefined ? [] : await options.contributions(params, { type });
+        phase = "prepare";
+        const extra = options.contributions === undefined ? [] : await options.contributions(params, { type, provider: model.provider, modelId: model.modelId });
         const request: PrepareRequest = {
           ...template,
           instructions: mapping.instructions,
@@ -170,43 +247,63 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
           input_format: "neutral",
           tools: mapping.tools,
           contributions: [...(template.contributions ?? []), ...extra],
+          assembly: { ...template.assembly, layout: template.assembly?.layout ?? DEFAULT_LAYOUT },
           render: "neutral",
         };
         if (template.model == null) request.model = model.modelId;
         const prepared = await client.prepare(request, { timeoutMs, signal: params.abortSignal });
-        const next = applyFrame(params, mapping, prepared);
+        phase = "mapping";
+        preparationId = prepared.preparation_id;
+        const applied = applyFrame(params, mapping, prepared, traits);
+        const next = applied.params;
+        // The output limit the budget reserved (input plus it fit the window), unless the call asked for less.
+        const reserve = prepared.budget.response_reserve + prepared.budget.reasoning_reserve_tokens;
+        if (params.maxOutputTokens === undefined || params.maxOutputTokens > reserve) next.maxOutputTokens = reserve;
         preparations.set(next, prepared.preparation_id);
         stats.prepared++;
+        stats.cacheMarkersSkipped += applied.markersSkipped;
         return next;
       } catch (error) {
         if (error instanceof APIUserAbortError) throw error;
+        const mappingFailed = phase === "mapping";
+        if (mappingFailed) stats.mappingFailures++;
         if (!failOpen || (error instanceof APIStatusError && error.status < 500)) throw error;
         stats.failedOpen++;
-        warn(error, { phase: "prepare" });
+        if (mappingFailed) {
+          const info: ErrorInfo = { phase: "mapping", frames: stackFrames(error) };
+          if (preparationId !== undefined) info.preparationId = preparationId;
+          warn(error, info);
+        } else {
+          warn(error, { phase: "prepare" });
+        }
         return params;
       }
     },
 
-    async wrapGenerate({ doGenerate, params }) {
+    async wrapGenerate({ doGenerate, params, model }) {
       const result = await doGenerate();
       const preparationId = preparations.get(params);
       if (preparationId === undefined) return result;
-      report(preparationId, result.usage);
+      const diagnostics = cacheDiagnostics(providerTraits(model.provider), result.providerMetadata, result.response?.body);
+      report(preparationId, result.usage, result.response?.id, diagnostics);
       return tagged(result, preparationId);
     },
 
-    async wrapStream({ doStream, params }) {
+    async wrapStream({ doStream, params, model }) {
       const result = await doStream();
       const preparationId = preparations.get(params);
       if (preparationId === undefined) return result;
+      const traits = providerTraits(model.provider);
+      let responseId: string | undefined;
       const stream = result.stream.pipeThrough(
         new TransformStream<StreamPart, StreamPart>({
           transform(part, controller) {
+            if (part.type === "response-metadata" && part.id !== undefined) responseId = part.id;
             if (part.type !== "finish") {
               controller.enqueue(part);
               return;
             }
-            report(preparationId, part.usage);
+            report(preparationId, part.usage, responseId, cacheDiagnostics(traits, part.providerMetadata));
             controller.enqueue(tagged(part, preparationId));
           },
         }),

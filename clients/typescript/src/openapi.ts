@@ -468,6 +468,8 @@ export interface components {
         BudgetReport: {
             /** @description The anchoring on the previous turn's usage report (only when `count_source` is `anchored`). */
             anchored?: components["schemas"]["AnchorReport"] | null;
+            /** @description The factor the estimated counts were multiplied by (at most 1, at least 0.5), learnt from the provider's counts in this tenant's usage reports on the model; absent while there are too few reports, and for exact counts. */
+            calibration_factor?: number | null;
             /** @description The model's context window, in tokens. */
             capacity: number;
             /**
@@ -475,8 +477,8 @@ export interface components {
              * @enum {string}
              */
             capacity_source: "host" | "provider" | "registry" | "fallback";
-            /** @description Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported. */
-            count_source?: ("exact" | "anchored" | "estimate") | null;
+            /** @description Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated), `calibrated` (the estimate times `calibration_factor`, learnt from this tenant's usage reports on the model) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported. */
+            count_source?: ("exact" | "anchored" | "calibrated" | "estimate") | null;
             /** @description The data message's limit: the smaller of `max_data_tokens` and `remaining_tokens`. */
             data_limit_tokens: number;
             /** @description The data message as sent (0 without one). */
@@ -642,6 +644,41 @@ export interface components {
             url?: string | null;
         };
         /**
+         * CostReport
+         * @description What one usage report cost at the model's price, per bucket and in total (USD, rounded
+         *     to 1e-9).
+         */
+        CostReport: {
+            /** @description Input tokens read from the cache. */
+            cache_read: number;
+            /** @description Input tokens written to the cache at the model's one write rate (OpenAI GPT-5.6 and later). */
+            cache_write: number;
+            /** @description Input tokens written to the cache for 1 hour (Anthropic). */
+            cache_write_1h: number;
+            /** @description Input tokens written to the cache for 5 minutes (Anthropic). */
+            cache_write_5m: number;
+            /**
+             * @description Always `USD`.
+             * @constant
+             */
+            currency: "USD";
+            /** @description Whether the long-context rates applied. */
+            long_context: boolean;
+            /** @description Generated tokens, reasoning included. */
+            output: number;
+            /** @description The registry entry whose price applied. */
+            price: string;
+            /**
+             * @description Where that price comes from (`GET /v1/models` shows it).
+             * @enum {string}
+             */
+            price_source: "shipped" | "configured";
+            /** @description The whole report. */
+            total: number;
+            /** @description Input tokens neither read from nor written to the cache. */
+            uncached_input: number;
+        };
+        /**
          * FirstChange
          * @description The first part of the prefix that differs from the previous turn's.
          */
@@ -701,10 +738,10 @@ export interface components {
          */
         ManifestWarning: {
             /**
-             * @description `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback.
-             * @constant
+             * @description `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides.
+             * @enum {string}
              */
-            code: "unknown_model";
+            code: "unknown_model" | "estimate_over_window";
             /** @description The same in words, naming the model and the known names nearest to it. */
             detail: string;
         };
@@ -738,6 +775,16 @@ export interface components {
             tool_calls?: components["schemas"]["ToolCall"][] | null;
         };
         /**
+         * ModelCalibration
+         * @description How the provider's counts in the tenant's usage reports have calibrated the estimate.
+         */
+        ModelCalibration: {
+            /** @description The factor estimated counts are multiplied by (between 0.5 and 1; `null` while fewer than 5 reports are kept). */
+            factor: number | null;
+            /** @description How many usage reports' ratios are kept (at most 50). */
+            reports: number;
+        };
+        /**
          * ModelInfo
          * @description One model of the registry. A request's model resolves to the entry of that name or alias,
          *     or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
@@ -746,6 +793,8 @@ export interface components {
         ModelInfo: {
             /** @description Other names that resolve to this entry. */
             aliases: string[];
+            /** @description The estimate's calibration for the caller's tenant (absent for exact tokenizers, and without a valid key when keys are required). */
+            calibration?: components["schemas"]["ModelCalibration"] | null;
             /** @description The date (YYYY-MM-DD) the figures were read (`null`: a configured entry that names none). */
             checked: string | null;
             /** @description Its context window, in tokens. */
@@ -758,6 +807,8 @@ export interface components {
             min_cacheable_prefix: number | null;
             /** @description The model's name. */
             name: string;
+            /** @description Its price and where it comes from (`null`: no price is known, and its usage reports have no cost). */
+            price: components["schemas"]["ModelPrice"] | null;
             /** @description Its provider. */
             provider: string;
             /** @description The page the figures were read from (`null`: a configured entry that names none). */
@@ -787,6 +838,60 @@ export interface components {
             fallback_context_window: number;
             /** @description Every model the registry knows. */
             models: components["schemas"]["ModelInfo"][];
+        };
+        /**
+         * ModelPrice
+         * @description A model's price, in USD per million tokens at the provider's standard tier. A rate that is
+         *     `null` is one the provider publishes no price for: a usage report with tokens at it has no
+         *     cost, never one at another rate.
+         */
+        ModelPrice: {
+            /** @description Input read from the prompt cache (cache hits), USD per million tokens. */
+            cache_read: number | null;
+            /** @description Storage of an explicit context cache (Gemini), USD per million tokens per hour; not part of a call's cost. */
+            cache_storage_per_hour: number | null;
+            /** @description Input written to the prompt cache at the model's single write rate (OpenAI GPT-5.6 and later), USD per million tokens; `null` for earlier OpenAI models, whose writes are not billed apart. */
+            cache_write: number | null;
+            /** @description Input written to the cache for 1 hour (Anthropic), USD per million tokens. */
+            cache_write_1h: number | null;
+            /** @description Input written to the cache for 5 minutes (Anthropic), USD per million tokens. */
+            cache_write_5m: number | null;
+            /** @description The date (YYYY-MM-DD) the prices were read (`null`: a configured price that names none). */
+            checked: string | null;
+            /** @description Uncached input, USD per million tokens. */
+            input: number;
+            /** @description The rates of a request whose input exceeds a size (`null`: the same rates at every size). */
+            long_context: components["schemas"]["ModelPriceTier"] | null;
+            /** @description Output (reasoning included), USD per million tokens. */
+            output: number;
+            /** @description The page the prices were read from (`null`: a configured price that names none). */
+            read_from: string | null;
+            /**
+             * @description `shipped`: the prices of the service's release. `configured`: a `[prices."name"]` table of the configuration, which adds this price or replaces the shipped one.
+             * @enum {string}
+             */
+            source: "shipped" | "configured";
+        };
+        /**
+         * ModelPriceTier
+         * @description The rates of a whole request whose input exceeds `above_input_tokens` (the provider's
+         *     long-context price), in USD per million tokens.
+         */
+        ModelPriceTier: {
+            /** @description The input size above which the whole request takes these rates, in tokens (cache reads and writes included). */
+            above_input_tokens: number;
+            /** @description Input read from the prompt cache, USD per million tokens (`null`: not published at this size). */
+            cache_read: number | null;
+            /** @description Input written to the prompt cache at the single write rate, USD per million tokens (`null`: not published at this size). */
+            cache_write: number | null;
+            /** @description Input written to the cache for 1 hour, USD per million tokens (`null`: not published at this size). */
+            cache_write_1h: number | null;
+            /** @description Input written to the cache for 5 minutes, USD per million tokens (`null`: not published at this size). */
+            cache_write_5m: number | null;
+            /** @description Uncached input, USD per million tokens. */
+            input: number;
+            /** @description Output (reasoning included), USD per million tokens. */
+            output: number;
         };
         /**
          * NamedChange
@@ -871,6 +976,12 @@ export interface components {
              * @enum {string}
              */
             call: "main" | "wrap_up" | "repair";
+            /** @description What the call cost at the model's price (`null`: the model has no price, or the report's buckets cannot be priced; never a guess). */
+            cost?: components["schemas"]["CostReport"] | null;
+            /** @description The provider's cache diagnostics object the report carried (`null`: none). */
+            diagnostics?: {
+                [key: string]: unknown;
+            } | null;
             /** @description The cached input tokens the preparation's cache plan expects for this call (`null` for a repair call). */
             expected_cached_tokens?: number | null;
             /** @description `provider_input_tokens` minus the service's estimate. */
@@ -888,6 +999,8 @@ export interface components {
             provider_input_tokens: number | null;
             /** @description The report's id. */
             report_id: string;
+            /** @description The provider's response id the report named (`null`: none). */
+            response_id?: string | null;
         };
         /**
          * OpaquePart
@@ -966,7 +1079,7 @@ export interface components {
              * @description The frame's layout.
              * @enum {string}
              */
-            layout: "legacy" | "stable-prefix";
+            layout: "legacy" | "stable-prefix" | "transcript";
             /** @description The model the frame is for. */
             model: string;
             /** @description The hash of the stable prefix. */
@@ -1327,7 +1440,7 @@ export interface components {
              */
             tokenizer: "o200k_base" | "cl100k_base" | "estimate";
             /**
-             * @description What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry.
+             * @description What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry, `estimate_over_window` when an estimated count is over the window but the provider's may not be.
              * @default []
              */
             warnings?: components["schemas"]["ManifestWarning"][];
@@ -1518,6 +1631,10 @@ export interface components {
              * @enum {string}
              */
             call?: "main" | "wrap_up" | "repair";
+            /** @description The provider's cache diagnostics object of that response, exactly as received (Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics`), kept with the observation; absent when the provider returned none. */
+            diagnostics?: {
+                [key: string]: unknown;
+            } | null;
             /**
              * @description The shape of `usage`: `openai` (Chat or Responses), `anthropic`, `google`, or `normalized` (the four fields of an observation, by name).
              * @enum {string}
@@ -1525,6 +1642,8 @@ export interface components {
             provider: "openai" | "anthropic" | "google" | "normalized";
             /** @description Your id of the report (the provider's response id serves); the same id twice changes nothing. */
             report_id: string;
+            /** @description The provider's id of the response the usage came with (an OpenAI `chatcmpl-…` or `resp_…`, an Anthropic `msg_…`), kept with the observation; absent when the provider gave none. */
+            response_id?: string | null;
             /** @description The provider's usage object, exactly as received. */
             usage: {
                 [key: string]: unknown;
@@ -1624,14 +1743,18 @@ export type CacheOptions = components['schemas']['CacheOptions'];
 export type CacheReport = components['schemas']['CacheReport'];
 export type Contribution = components['schemas']['Contribution'];
 export type ContributorRef = components['schemas']['ContributorRef'];
+export type CostReport = components['schemas']['CostReport'];
 export type FirstChange = components['schemas']['FirstChange'];
 export type Frame = components['schemas']['Frame'];
 export type Health = components['schemas']['Health'];
 export type HistoryPolicy = components['schemas']['HistoryPolicy'];
 export type ManifestWarning = components['schemas']['ManifestWarning'];
 export type Message = components['schemas']['Message'];
+export type ModelCalibration = components['schemas']['ModelCalibration'];
 export type ModelInfo = components['schemas']['ModelInfo'];
 export type ModelList = components['schemas']['ModelList'];
+export type ModelPrice = components['schemas']['ModelPrice'];
+export type ModelPriceTier = components['schemas']['ModelPriceTier'];
 export type NamedChange = components['schemas']['NamedChange'];
 export type NativeHistory = components['schemas']['NativeHistory'];
 export type NativePart = components['schemas']['NativePart'];

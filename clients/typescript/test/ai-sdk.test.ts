@@ -21,7 +21,15 @@ import {
   type Contribution,
   type PreparationView,
 } from "../src/index.js";
-import { USAGE_REPORT_ID, contextAssemblyMiddleware, type ContextAssemblyMiddlewareOptions, type ErrorInfo, type PrepareTemplate } from "../src/ai-sdk.js";
+import {
+  FrameMappingError,
+  USAGE_REPORT_ID,
+  contextAssemblyMiddleware,
+  type CallInfo,
+  type ContextAssemblyMiddlewareOptions,
+  type ErrorInfo,
+  type PrepareTemplate,
+} from "../src/ai-sdk.js";
 import { close, freePort, listen, startService, type RunningService } from "./support.js";
 
 const BLOCK_TEXT = "The user takes their tea without sugar.";
@@ -70,14 +78,17 @@ after(async () => {
   if (slowServer !== undefined) await close(slowServer);
 });
 
-function mockModel(modelId = "gpt-4o-mini"): MockLanguageModelV3 {
+/** The AI SDK's mock model; `provider` is its AI SDK provider id (the mock's own by default). */
+function mockModel(modelId = "gpt-4o-mini", provider?: string): MockLanguageModelV3 {
   return new MockLanguageModelV3({
     modelId,
+    ...(provider === undefined ? {} : { provider }),
     doGenerate: async () => ({
       content: [{ type: "text", text: "Without sugar." }],
       finishReason: { unified: "stop", raw: "stop" },
       usage: USAGE,
       warnings: [],
+      response: { id: "mock-response-1" },
     }),
     doStream: async () => ({
       stream: simulateReadableStream({
@@ -85,6 +96,7 @@ function mockModel(modelId = "gpt-4o-mini"): MockLanguageModelV3 {
         chunkDelayInMs: null,
         chunks: [
           { type: "stream-start", warnings: [] },
+          { type: "response-metadata", id: "mock-stream-1" },
           { type: "text-start", id: "t1" },
           { type: "text-delta", id: "t1", delta: "Without " },
           { type: "text-delta", id: "t1", delta: "sugar." },
@@ -143,11 +155,13 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
   test("generateText: the model gets the frame with the contributed block, and its usage is reported once", async () => {
     const model = mockModel();
     const seen: CallParams[] = [];
+    const infos: CallInfo[] = [];
     const middleware = contextAssemblyMiddleware({
       baseUrl: service.baseUrl,
       template: template(),
-      contributions: (params) => {
+      contributions: (params, info) => {
         seen.push(params);
+        infos.push(info);
         return notes();
       },
     });
@@ -159,6 +173,7 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
     assert.equal(result.text, "Without sugar.");
     assert.equal(seen.length, 1, "contributions is called once per model call");
     assert.equal(textOf(seen[0]!.prompt.at(-1)), "How do I take my tea?", "contributions gets the call's own params");
+    assert.deepEqual(infos, [{ type: "generate", provider: "mock-provider", modelId: "gpt-4o-mini" }], "and the wrapped model");
 
     assert.equal(model.doGenerateCalls.length, 1);
     const prompt = model.doGenerateCalls[0]!.prompt;
@@ -185,7 +200,8 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
     assert.equal(last?.provider_input_tokens, 1200);
     assert.equal(last?.cached_input_tokens, 200);
     assert.equal(last?.output_tokens, 9);
-    assert.deepEqual(middleware.stats, { prepared: 1, failedOpen: 0, usageReports: 1, usageReportFailures: 0 });
+    assert.equal(last?.response_id, "mock-response-1", "the provider's response id");
+    assert.deepEqual(middleware.stats, { prepared: 1, failedOpen: 0, mappingFailures: 0, cacheMarkersSkipped: 0, usageReports: 1, usageReportFailures: 0 });
   });
 
   test("streamText: the stream passes through and the usage is reported at its finish part", async () => {
@@ -204,6 +220,7 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
     const view = await settledView(middleware, preparationId);
     assert.equal(view.accounting.last?.report_id, USAGE_REPORT_ID);
     assert.equal(view.accounting.last?.provider_input_tokens, 1200);
+    assert.equal(view.accounting.last?.response_id, "mock-stream-1", "the response id of the stream's response-metadata part");
     assert.equal(middleware.stats.usageReports, 1);
   });
 
@@ -319,6 +336,89 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
   });
 });
 
+describe("what the middleware prepares for", () => {
+  test("the wrapped model's id without a template model; the template's model when it names one", async () => {
+    for (const [overrides, expected] of [
+      [{}, "claude-sonnet-4-5"],
+      [{ model: "claude-haiku-4-5" }, "claude-haiku-4-5"],
+    ] as const) {
+      const middleware = contextAssemblyMiddleware({ client, template: template(overrides) });
+      const result = await generateText({ model: wrapLanguageModel({ model: mockModel("claude-sonnet-4-5", "anthropic.messages"), middleware }), prompt: "hi" });
+      const view = await client.getPreparation(preparationIdOf(result.providerMetadata));
+      assert.equal(view.model, expected);
+    }
+  });
+
+  test("the transcript layout unless the template's assembly names one", async () => {
+    const layouts: string[] = [];
+    for (const assembly of [undefined, { max_data_tokens: 256 }, { layout: "stable-prefix" as const }]) {
+      const middleware = contextAssemblyMiddleware({ client, template: { scope: { account_id: "acct-ai-sdk", task_id: randomUUID() }, ...(assembly === undefined ? {} : { assembly }) } });
+      const result = await generateText({ model: wrapLanguageModel({ model: mockModel(), middleware }), prompt: "hi" });
+      layouts.push((await client.getPreparation(preparationIdOf(result.providerMetadata))).layout);
+    }
+    assert.deepEqual(layouts, ["transcript", "transcript", "stable-prefix"]);
+  });
+
+  test("the call's output limit is the reserve the budget kept, unless the call asked for less", async () => {
+    const limits: (number | undefined)[] = [];
+    for (const maxOutputTokens of [undefined, 100, 5_000]) {
+      const model = mockModel("claude-sonnet-4-5", "anthropic.messages");
+      const middleware = contextAssemblyMiddleware({
+        client,
+        template: template({ response_reserve: 700, assembly: { reasoning_reserve_tokens: 300, layout: "stable-prefix" } }),
+      });
+      await generateText({ model: wrapLanguageModel({ model, middleware }), prompt: "hi", ...(maxOutputTokens === undefined ? {} : { maxOutputTokens }) });
+      limits.push(model.doGenerateCalls[0]!.maxOutputTokens);
+    }
+    assert.deepEqual(limits, [1_000, 100, 1_000]);
+  });
+});
+
+describe("a mapping failure (a bug of the adapter)", () => {
+  /** A client whose prepare answers a frame naming a tool the call does not have: the adapter cannot map it back. */
+  class TamperingClient extends ContextAssemblyClient {
+    override async prepare(...args: Parameters<ContextAssemblyClient["prepare"]>): ReturnType<ContextAssemblyClient["prepare"]> {
+      const prepared = await super.prepare(...args);
+      return { ...prepared, frame: { ...prepared.frame, tools: [{ name: "secret-tool-name", description: "", parameters: {} }] } };
+    }
+  }
+
+  test("fails open, is counted, and is logged with its stack frames, not its message", async (t) => {
+    const warn = t.mock.method(console, "warn", () => undefined);
+    const model = mockModel();
+    const middleware = contextAssemblyMiddleware({ client: new TamperingClient({ baseUrl: service.baseUrl }), template: template(), contributions: notes });
+    const result = await generateText({ model: wrapLanguageModel({ model, middleware }), prompt: "How do I take my tea?" });
+    assert.equal(result.text, "Without sugar.");
+    assert.equal(model.doGenerateCalls[0]!.prompt.length, 1, "the original prompt");
+    assert.deepEqual(middleware.stats, { prepared: 0, failedOpen: 1, mappingFailures: 1, cacheMarkersSkipped: 0, usageReports: 0, usageReportFailures: 0 });
+    assert.equal(warn.mock.callCount(), 1);
+    const text = String(warn.mock.calls[0]!.arguments[0]);
+    const [first, ...frames] = text.split("\n");
+    assert.equal(first, "context-assembly: mapping the call failed (a bug of the adapter); the model call goes on with its original prompt (FrameMappingError)");
+    assert.ok(frames.length > 0, text);
+    for (const frame of frames) assert.match(frame, /^ {4}at /);
+    assert.ok(frames.some((frame) => frame.includes("applyFrame")), "the frame that threw");
+    assert.ok(!text.includes("secret-tool-name"), "no message text");
+  });
+
+  test("onError gets the error with its frames and the preparation; failOpen: false throws it", async () => {
+    const { errors, onError } = recorder();
+    const middleware = contextAssemblyMiddleware({ client: new TamperingClient({ baseUrl: service.baseUrl }), template: template(), onError });
+    await generateText({ model: wrapLanguageModel({ model: mockModel(), middleware }), prompt: "hi" });
+    assert.equal(errors.length, 1);
+    const [error, info] = errors[0]!;
+    assert.ok(error instanceof FrameMappingError);
+    assert.equal(info.phase, "mapping");
+    assert.match(info.preparationId ?? "", /^prep_/);
+    assert.ok((info.frames ?? []).length > 0 && info.frames!.every((frame) => frame.startsWith("at ")));
+
+    const strict = contextAssemblyMiddleware({ client: new TamperingClient({ baseUrl: service.baseUrl }), template: template(), failOpen: false });
+    await assert.rejects(generateText({ model: wrapLanguageModel({ model: mockModel(), middleware: strict }), prompt: "hi" }), FrameMappingError);
+    assert.equal(strict.stats.mappingFailures, 1);
+    assert.equal(strict.stats.failedOpen, 0);
+  });
+});
+
 describe("what the frame keeps of the caller's prompt", () => {
   const tools = {
     lookup: tool({ description: "Look a thing up.", inputSchema: jsonSchema<{ q: string }>({ type: "object", properties: { q: { type: "string" } } }) }),
@@ -363,7 +463,8 @@ describe("what the frame keeps of the caller's prompt", () => {
 
   /** The framed prompt without the messages the service wrote: the leading instructions, the per-turn and data messages. */
   function callersOwn(framed: CallParams): PromptMessage[] {
-    return framed.prompt.slice(1).filter((m) => m.role !== "system" && !(m.role === "user" && textOf(m).includes(BLOCK_TEXT)));
+    const written = (m: PromptMessage) => m.role === "user" && (textOf(m).includes(BLOCK_TEXT) || textOf(m).startsWith("[developer instructions]\n"));
+    return framed.prompt.slice(1).filter((m) => m.role !== "system" && !written(m));
   }
 
   test("history and input come back as the caller's own messages: tool call and result pairs, the image, output types", async () => {
@@ -375,7 +476,8 @@ describe("what the frame keeps of the caller's prompt", () => {
     assert.equal(view.selection.opaque_or_multimodal, true, "the service counted an image");
 
     const roles = framed.prompt.map((m) => m.role);
-    assert.deepEqual(roles, ["system", "user", "assistant", "tool", "assistant", "system", "user", "user"]);
+    assert.deepEqual(roles, ["system", "user", "assistant", "tool", "assistant", "user", "user", "user"]);
+    assert.match(textOf(framed.prompt[5]), /^\[developer instructions\]\nCurrent date and time: /, "the per-turn developer message, after the first turn, as a marked user message");
     const toolMessage = framed.prompt[3];
     assert.equal(toolMessage?.role, "tool");
     assert.deepEqual(
@@ -440,14 +542,19 @@ describe("what the frame keeps of the caller's prompt", () => {
   });
 });
 
-describe("cache plans", () => {
-  test("breakpoints become Anthropic cacheControl on the planned messages and the last tool; the key and retention OpenAI options", async () => {
-    const long = Array.from({ length: 400 }, (_, i) => `Rule ${i}: check each figure twice before you answer.`).join(" ");
-    const tools = {
-      search: tool({ description: long, inputSchema: jsonSchema<{ q: string }>({ type: "object", properties: { q: { type: "string" } } }) }),
-      calendar: tool({ description: "Read the calendar.", inputSchema: jsonSchema<{ day: string }>({ type: "object", properties: { day: { type: "string" } } }) }),
-    };
-    const model = mockModel("claude-sonnet-4-5");
+describe("cache plans: each provider's options for that provider only", () => {
+  const long = Array.from({ length: 400 }, (_, i) => `Rule ${i}: check each figure twice before you answer.`).join(" ");
+  const tools = {
+    search: tool({ description: long, inputSchema: jsonSchema<{ q: string }>({ type: "object", properties: { q: { type: "string" } } }) }),
+    calendar: tool({ description: "Read the calendar.", inputSchema: jsonSchema<{ day: string }>({ type: "object", properties: { day: { type: "string" } } }) }),
+  };
+  const messages: ModelMessage[] = [
+    { role: "user", content: "What is on today?" },
+    { role: "assistant", content: "Two meetings." },
+    { role: "user", content: "And tomorrow?" },
+  ];
+
+  async function cached(model: MockLanguageModelV3) {
     const middleware = contextAssemblyMiddleware({
       client,
       template: template({ cache: { breakpoints: true, ttl: "1h", key: "conversation-7", retention: "24h" } }),
@@ -456,11 +563,7 @@ describe("cache plans", () => {
     const result = await generateText({
       model: wrapLanguageModel({ model, middleware }),
       system: `You are a careful assistant. ${long}`,
-      messages: [
-        { role: "user", content: "What is on today?" },
-        { role: "assistant", content: "Two meetings." },
-        { role: "user", content: "And tomorrow?" },
-      ],
+      messages,
       tools,
       providerOptions: { openai: { user: "u-1" } },
     });
@@ -471,8 +574,11 @@ describe("cache plans", () => {
       ["tools", "instructions", "history"],
       JSON.stringify(view.selection.cache),
     );
+    return { params: model.doGenerateCalls[0]!, plan, middleware };
+  }
 
-    const params = model.doGenerateCalls[0]!;
+  test("an Anthropic model: breakpoints become cacheControl on the planned messages and the last tool, and no OpenAI option is added", async () => {
+    const { params, plan, middleware } = await cached(mockModel("claude-sonnet-4-5", "anthropic.messages"));
     const marker = { type: "ephemeral", ttl: "1h" };
     const marked = params.prompt.flatMap((m, i) => (m.providerOptions?.anthropic?.cacheControl === undefined ? [] : [i]));
     assert.deepEqual(
@@ -485,6 +591,25 @@ describe("cache plans", () => {
     assert.equal(lastTool?.name, "search");
     assert.deepEqual(lastTool?.type === "function" ? lastTool.providerOptions?.anthropic?.cacheControl : undefined, marker);
     assert.equal(params.tools?.[0]?.type === "function" ? params.tools[0].providerOptions : "provider", undefined, "only the last tool is marked");
+    assert.deepEqual(params.providerOptions?.openai, { user: "u-1" }, "the caller's OpenAI options only");
+    assert.equal(middleware.stats.cacheMarkersSkipped, 0);
+  });
+
+  test("an OpenAI model: the key and retention become OpenAI options, and no Anthropic marker is placed", async () => {
+    const { params, plan, middleware } = await cached(mockModel("gpt-4o-mini", "openai.chat"));
     assert.deepEqual(params.providerOptions?.openai, { promptCacheKey: "conversation-7", promptCacheRetention: "24h", user: "u-1" });
+    assert.ok(
+      params.prompt.every((m) => m.providerOptions?.anthropic === undefined),
+      "no message carries Anthropic options",
+    );
+    assert.ok(params.tools?.every((t) => t.type !== "function" || t.providerOptions === undefined));
+    assert.equal(middleware.stats.cacheMarkersSkipped, plan.breakpoints.length, "the plan's markers are counted as skipped");
+  });
+
+  test("another provider gets neither", async () => {
+    const { params, plan, middleware } = await cached(mockModel("claude-sonnet-4-5"));
+    assert.deepEqual(params.providerOptions?.openai, { user: "u-1" });
+    assert.ok(params.prompt.every((m) => m.providerOptions?.anthropic === undefined));
+    assert.equal(middleware.stats.cacheMarkersSkipped, plan.breakpoints.length);
   });
 });

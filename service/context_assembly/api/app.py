@@ -31,6 +31,7 @@ from context_assembly.metrics import Metrics
 from context_assembly.preparations import Clock, Preparations
 from context_assembly.storage import Store, open_store
 from context_assembly.tokens.counter import get_counter
+from context_assembly.tokens.prices import ModelPrices
 from context_assembly.tokens.registry import ModelRegistry
 
 CACHE_KEY_SECRET = "prompt-cache-key"
@@ -76,8 +77,10 @@ def create_app(
     reload that file (``api/reload.py``).
     """
     metrics = Metrics()
-    # The shipped registry with the configuration's [models."name"] entries (a reload rebuilds it).
+    # The shipped registry with the configuration's [models."name"] entries, and the shipped prices
+    # with its [prices."name"] entries (a reload rebuilds both).
     registry = ModelRegistry.load().with_configured(settings.models)
+    prices = ModelPrices.load(registry).with_configured(settings.prices)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,6 +112,7 @@ def create_app(
             resolver=resolver,
             clock=clock,
             cache_key_secret=key_secret,
+            prices=app.state.prices,
         )
         metrics.watch_mcp_sessions(app.state.preparations.contributors.mcp.open_sessions)
         loop = asyncio.get_running_loop()
@@ -161,6 +165,7 @@ def create_app(
     app.state.auth = Authenticator(settings.auth)
     app.state.metrics = metrics
     app.state.registry = registry
+    app.state.prices = prices
     app.state.settings = settings
     app.state.config_path = config_path
     app.state.config_tables = file_tables(config_path)

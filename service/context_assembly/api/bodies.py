@@ -4,13 +4,15 @@ A route takes its body through :func:`json_body`, a FastAPI dependency that read
 hands them to ``model_validate_json`` (``offload.parse_body``, which skims a large body first, then
 ``validation.parse_model``: the CLI reads a request file
 the same way), so the numbers, refusals and field names are pydantic-core's own and any problem
-is one ``CONTEXT_ASSEMBLY_INVALID`` problem+json naming the field. FastAPI does not see such a
+is one ``CONTEXT_ASSEMBLY_INVALID`` problem+json naming the field. A body over
+``offload.LARGE_BYTES`` is parsed in a worker thread, off the event loop. FastAPI does not see such a
 body, so :func:`documented` says it in the route's ``openapi_extra``, and
 :func:`body_schemas` gives the component schemas the document needs for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -49,6 +51,9 @@ def json_body(model: type[M]) -> Callable[[Request], Awaitable[M]]:
                 "invalid request: (body): the body must be JSON (content-type: application/json)",
                 field="(body)",
             )
+        if len(raw) > LARGE_BYTES:
+            # Off the event loop: reading and validating many messages takes a while.
+            return await asyncio.to_thread(parse_body, model, raw)
         return parse_body(model, raw)
 
     return parse

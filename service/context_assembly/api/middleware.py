@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from context_assembly.api.problems import InternalError, problem_response
 from context_assembly.errors import InvalidError, PayloadTooLargeError
+from context_assembly.logs import frames
 from context_assembly.metrics import Metrics
 
 log = structlog.get_logger("context_assembly.http")
@@ -64,12 +65,14 @@ class RequestContext:
             await self.app(scope, receive, send_with_id)
         except Exception as exc:
             # Answered here, not by Starlette's outer error middleware: so the 500 carries the
-            # request id, and its log line too (the type only; a message could hold input).
+            # request id, and its log line too (the type and where it was raised; not the
+            # message, which could hold input).
             log.error(
                 "unhandled_error",
                 request_id=request_id,
                 path=scope.get("path"),
                 error_type=type(exc).__name__,
+                frames=frames(exc),
             )
             if status["code"]:
                 raise  # the head is out: nothing more can be said on this connection

@@ -1,5 +1,7 @@
 """The shell of the service's HTML pages (the breakdown and the timeline): one stylesheet, no
-scripts, no external resources, and the escaping of what callers name.
+scripts, no external resources, and the escaping of what callers name. Each page is sent with
+``POLICY`` as its Content-Security-Policy, so that a browser runs no script and loads nothing
+for it even if something a caller named got past the escaping.
 
 The pages are read on phones as well as on wide screens: nothing may be wider than the viewport
 at 360 px. Text wraps anywhere when it must (ids and hashes have no spaces), every table sits
@@ -9,6 +11,15 @@ in a container that scrolls sideways on its own, and charts take the width they 
 from __future__ import annotations
 
 from html import escape
+from typing import Final
+
+POLICY: Final = (
+    "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+"""The Content-Security-Policy of the pages: no script, no request of any kind (images, fonts,
+frames, connections), forms and embedding refused; only their own styles, which are inline (the
+``<style>`` element and the ``style`` attributes of bars and swatches)."""
 
 STYLE = """
 *{box-sizing:border-box}

@@ -19,6 +19,7 @@ from context_assembly.errors import (
     ServiceError,
     UnauthenticatedError,
 )
+from context_assembly.logs import frames
 from context_assembly.validation import invalid_from_errors
 
 PROBLEM_JSON = "application/problem+json"
@@ -78,7 +79,12 @@ def install_problem_handlers(app: FastAPI) -> None:
         return problem_response(_from_http(exc), request.url.path, dict(exc.headers or {}))
 
     async def unexpected(request: Request, exc: Exception) -> Response:
-        log.error("unhandled_error", path=request.url.path, error_type=type(exc).__name__)
+        log.error(
+            "unhandled_error",
+            path=request.url.path,
+            error_type=type(exc).__name__,
+            frames=frames(exc),
+        )
         return problem_response(
             InternalError("internal error; see the service log (X-Request-Id)"), request.url.path
         )

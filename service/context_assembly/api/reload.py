@@ -1,10 +1,10 @@
 """Configuration reload without a restart: ``SIGHUP`` or ``POST /v1/admin/reload``.
 
-What reloads: API keys, registered contributors, the inline-URL allowlist, limits and the model
-entries of ``[models."name"]`` (the registry is rebuilt from the shipped one). What does
-not: ``[server]``, ``[store]`` and ``[cache]`` (a new bind, store or cache-key secret needs a
-restart); a file that changes them
-is refused like an invalid one. A refused reload changes nothing: the running configuration
+What reloads: API keys, registered contributors, the inline-URL allowlist, limits, the model
+entries of ``[models."name"]`` (the registry is rebuilt from the shipped one) and the prices of
+``[prices."name"]`` (rebuilt from the shipped ones). What does not: ``[server]``, ``[store]``
+and ``[cache]`` (a new bind, store or cache-key secret needs a restart); a file that changes
+them is refused like an invalid one. A refused reload changes nothing: the running configuration
 stays, and one log line says why (field locations and messages only, never values, which could be
 secrets). Requests in flight finish with the configuration they started with; a later validate
 asks each contributor for its revision as registered then (the record keeps source and endpoint
@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from context_assembly.api.auth import Authenticator
 from context_assembly.config import Settings, explain, load_settings
+from context_assembly.tokens.prices import ModelPrices
 from context_assembly.tokens.registry import ModelRegistry
 
 log = structlog.get_logger("context_assembly.reload")
@@ -114,9 +115,11 @@ def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
         log.warning("config_reload_refused", errors=result.errors)
         return result
     registry = ModelRegistry.load().with_configured(new.models)
+    prices = ModelPrices.load(registry).with_configured(new.prices)
     app.state.auth = Authenticator(new.auth)
-    app.state.preparations.reconfigure(new, registry)
+    app.state.preparations.reconfigure(new, registry, prices)
     app.state.registry = registry
+    app.state.prices = prices
     app.state.settings = new
     log.info(
         "config_reloaded",
@@ -124,5 +127,6 @@ def reload_settings(app: FastAPI, path: str | Path | None) -> ReloadResult:
         keys=len(new.auth.keys),
         inline_prefixes=len(new.inline_urls.allow),
         models=len(new.models),
+        prices=len(new.prices),
     )
     return ReloadResult(True, [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -16,11 +17,13 @@ from context_assembly.api.auth import Authenticator
 from context_assembly.api.bodies import documented, json_body, large_body
 from context_assembly.api.breakdown import render_html, render_text
 from context_assembly.api.middleware import PREPARATION_ID
+from context_assembly.api.pages import POLICY
 from context_assembly.api.problems import PROBLEM_JSON, problem_response
 from context_assembly.api.reload import reload_settings
 from context_assembly.api.timeline import render_html as timeline_html
 from context_assembly.api.timeline import render_text as timeline_text
 from context_assembly.config import Settings
+from context_assembly.core import calibration
 from context_assembly.core.request import PrepareRequest, wire_schema
 from context_assembly.core.result import PrepareResponse
 from context_assembly.errors import (
@@ -43,6 +46,7 @@ from context_assembly.lifecycle_models import (
 )
 from context_assembly.metrics import Metrics
 from context_assembly.preparations import Preparations, Prepared
+from context_assembly.tokens.prices import ModelPrices, RegisteredPrice
 from context_assembly.tokens.registry import ModelRegistry
 
 
@@ -600,7 +604,7 @@ async def breakdown(
     shown = await service.breakdown(tenant, preparation_id)
     vary = {"vary": "Accept"}
     if wants_html(request.headers.get("accept", "")):
-        return HTMLResponse(render_html(shown), headers=vary)
+        return HTMLResponse(render_html(shown), headers={**vary, **PAGE_HEADERS})
     return PlainTextResponse(render_text(shown), headers=vary)
 
 
@@ -643,11 +647,13 @@ async def timeline(
         response.headers.update(vary)
         return response
     if wants_html(accept):
-        return HTMLResponse(timeline_html(view, before), headers=vary)
+        return HTMLResponse(timeline_html(view, before), headers={**vary, **PAGE_HEADERS})
     return PlainTextResponse(timeline_text(view, before), headers=vary)
 
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
+# The headers of the HTML pages (``pages.POLICY``).
+PAGE_HEADERS = {"content-security-policy": POLICY}
 
 
 def wants_json(accept: str) -> bool:
@@ -685,6 +691,91 @@ def _qualities(accept: str) -> tuple[float, float, float]:
         elif media == "application/json":
             json = max(json, quality)
     return html, text, json
+
+
+class ModelCalibration(BaseModel):
+    """How the provider's counts in the tenant's usage reports have calibrated the estimate."""
+
+    model_config = ConfigDict(json_schema_extra=wire_schema)
+    reports: int = Field(description="How many usage reports' ratios are kept (at most 50).")
+    factor: float | None = Field(
+        description="The factor estimated counts are multiplied by (between 0.5 and 1; `null` "
+        "while fewer than 5 reports are kept)."
+    )
+
+
+class ModelPriceTier(BaseModel):
+    """The rates of a whole request whose input exceeds `above_input_tokens` (the provider's
+    long-context price), in USD per million tokens."""
+
+    model_config = ConfigDict(json_schema_extra=wire_schema)
+    above_input_tokens: int = Field(
+        description="The input size above which the whole request takes these rates, in tokens "
+        "(cache reads and writes included)."
+    )
+    input: float = Field(description="Uncached input, USD per million tokens.")
+    output: float = Field(description="Output (reasoning included), USD per million tokens.")
+    cache_read: float | None = Field(
+        description="Input read from the prompt cache, USD per million tokens (`null`: not "
+        "published at this size)."
+    )
+    cache_write: float | None = Field(
+        description="Input written to the prompt cache at the single write rate, USD per million "
+        "tokens (`null`: not published at this size)."
+    )
+    cache_write_5m: float | None = Field(
+        description="Input written to the cache for 5 minutes, USD per million tokens (`null`: "
+        "not published at this size)."
+    )
+    cache_write_1h: float | None = Field(
+        description="Input written to the cache for 1 hour, USD per million tokens (`null`: not "
+        "published at this size)."
+    )
+
+
+class ModelPrice(BaseModel):
+    """A model's price, in USD per million tokens at the provider's standard tier. A rate that is
+    `null` is one the provider publishes no price for: a usage report with tokens at it has no
+    cost, never one at another rate."""
+
+    model_config = ConfigDict(json_schema_extra=wire_schema)
+    source: Literal["shipped", "configured"] = Field(
+        description="`shipped`: the prices of the service's release. `configured`: a "
+        '`[prices."name"]` table of the configuration, which adds this price or replaces the '
+        "shipped one."
+    )
+    read_from: str | None = Field(
+        description="The page the prices were read from (`null`: a configured price that names "
+        "none)."
+    )
+    checked: str | None = Field(
+        description="The date (YYYY-MM-DD) the prices were read (`null`: a configured price that "
+        "names none)."
+    )
+    input: float = Field(description="Uncached input, USD per million tokens.")
+    output: float = Field(description="Output (reasoning included), USD per million tokens.")
+    cache_read: float | None = Field(
+        description="Input read from the prompt cache (cache hits), USD per million tokens."
+    )
+    cache_write: float | None = Field(
+        description="Input written to the prompt cache at the model's single write rate (OpenAI "
+        "GPT-5.6 and later), USD per million tokens; `null` for earlier OpenAI models, whose "
+        "writes are not billed apart."
+    )
+    cache_write_5m: float | None = Field(
+        description="Input written to the cache for 5 minutes (Anthropic), USD per million tokens."
+    )
+    cache_write_1h: float | None = Field(
+        description="Input written to the cache for 1 hour (Anthropic), USD per million tokens."
+    )
+    cache_storage_per_hour: float | None = Field(
+        description="Storage of an explicit context cache (Gemini), USD per million tokens per "
+        "hour; not part of a call's cost."
+    )
+    long_context: ModelPriceTier | None = Field(
+        description="The rates of a request whose input exceeds a size (`null`: the same rates at "
+        "every size)."
+    )
 
 
 class ModelInfo(BaseModel):
@@ -726,6 +817,15 @@ class ModelInfo(BaseModel):
     min_cacheable_prefix: int | None = Field(
         description="The shortest prefix the provider caches, in tokens (`null`: unknown or none)."
     )
+    price: ModelPrice | None = Field(
+        description="Its price and where it comes from (`null`: no price is known, and its usage "
+        "reports have no cost)."
+    )
+    calibration: ModelCalibration | None = Field(
+        default=None,
+        description="The estimate's calibration for the caller's tenant (absent for exact "
+        "tokenizers, and without a valid key when keys are required).",
+    )
 
 
 class ModelList(BaseModel):
@@ -755,6 +855,8 @@ async def models(request: Request) -> ModelList:
     from context_assembly.core.budget import FALLBACK_CAPACITY
 
     registry: ModelRegistry = request.app.state.registry
+    prices: ModelPrices = request.app.state.prices
+    kept = await _calibrations(request)
     items = [
         ModelInfo(
             name=p.name,
@@ -772,11 +874,62 @@ async def models(request: Request) -> ModelList:
             reply_priming=p.reply_priming,
             tokens_per_tool=p.tokens_per_tool,
             min_cacheable_prefix=p.min_cacheable_prefix,
+            price=_model_price(prices.for_entry(p.name)),
+            calibration=None
+            if kept is None or p.tokenizer != "estimate"
+            else ModelCalibration(
+                reports=len(kept.get(p.name, ())), factor=calibration.factor(kept.get(p.name, ()))
+            ),
         )
         for item in registry.entries()
         for p in (item.profile,)
     ]
     return ModelList(models=items, fallback_context_window=FALLBACK_CAPACITY)
+
+
+def _usd(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _model_price(found: RegisteredPrice | None) -> ModelPrice | None:
+    """The wire form of a registry entry's price."""
+    if found is None:
+        return None
+    entry, tier = found.entry, found.entry.long_context
+    return ModelPrice(
+        source=found.origin,
+        read_from=entry.source,
+        checked=entry.checked,
+        input=float(entry.input),
+        output=float(entry.output),
+        cache_read=_usd(entry.cache_read),
+        cache_write=_usd(entry.cache_write),
+        cache_write_5m=_usd(entry.cache_write_5m),
+        cache_write_1h=_usd(entry.cache_write_1h),
+        cache_storage_per_hour=_usd(entry.cache_storage_per_hour),
+        long_context=None
+        if tier is None
+        else ModelPriceTier(
+            above_input_tokens=tier.above_input_tokens,
+            input=float(tier.input),
+            output=float(tier.output),
+            cache_read=_usd(tier.cache_read),
+            cache_write=_usd(tier.cache_write),
+            cache_write_5m=_usd(tier.cache_write_5m),
+            cache_write_1h=_usd(tier.cache_write_1h),
+        ),
+    )
+
+
+async def _calibrations(request: Request) -> dict[str, list[float]] | None:
+    """The caller's tenant's calibration ratios by model; ``None`` without a valid key where
+    keys are required (the registry itself needs none)."""
+    try:
+        tenant = await get_tenant(request)
+    except UnauthenticatedError:
+        return None
+    service: Preparations = request.app.state.preparations
+    return await service.store.calibrations(tenant)
 
 
 class ReloadAnswer(BaseModel):

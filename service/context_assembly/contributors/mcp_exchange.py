@@ -12,8 +12,10 @@ oversized answer is ``too_large`` before it can fill memory. The events are pars
 ``EventSource`` (the parser of the official SDK's own client) over those counted chunks; nothing
 here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types``).
 
-A session is ended by a ``DELETE`` of the endpoint with its id (:func:`end_session`), through the
-same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the
+A caller may ``screen`` each answer's raw message before it is parsed (a listing is counted so, see
+``contributors/mcp.py``). A session id the server sets must match ``SESSION_ID_RULE`` (visible
+ASCII) before the caller sends it back. A session is ended by a ``DELETE`` of the endpoint with
+its id (:func:`end_session`), through the same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the
 session (``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
 a classified failure (``SourceFailure``: the cause's name and words) that never quotes the answer; a ``404`` to a request that carried a session id is
 :class:`SessionExpired`, so that the caller can open a new session.
@@ -21,7 +23,8 @@ a classified failure (``SourceFailure``: the cause's name and words) that never 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,6 +47,11 @@ from context_assembly.core.sources import FailureCause, SourceFailure
 SESSION_HEADER: Final = "mcp-session-id"
 VERSION_HEADER: Final = "mcp-protocol-version"
 ACCEPT: Final = "application/json, text/event-stream"
+SESSION_ID_RULE: Final = re.compile(r"[\x21-\x7e]+")
+"""What a session id may be (the transport's rule): visible ASCII characters only."""
+
+Screen = Callable[[bytes], None]
+"""A check of an answer's raw JSON-RPC message before it is parsed; raises ``McpFailure``."""
 
 # Names of the JSON-RPC and MCP error codes a cause may name (the server's message is not
 # quoted: it is free text, and could carry what the request sent).
@@ -118,8 +126,10 @@ async def post(
     message: JSONRPCRequest | JSONRPCNotification,
     headers: Mapping[str, str],
     budget: ByteBudget,
+    screen: Screen | None = None,
 ) -> Answer:
-    """POST one JSON-RPC ``message`` and read its answer within ``budget``.
+    """POST one JSON-RPC ``message`` and read its answer within ``budget``; ``screen`` sees each
+    message's raw bytes before they are parsed.
 
     A request returns its ``result``; a notification returns once the server accepted it
     (``202``). The connection goes back to the pool only after a complete, accepted answer; any
@@ -130,7 +140,7 @@ async def post(
     body = message.model_dump_json(by_alias=True, exclude_none=True).encode()
     response = await client.post(url, body, sent, pin)
     try:
-        answer = await _read(response, request_id, SESSION_HEADER in headers, budget)
+        answer = await _read(response, request_id, SESSION_HEADER in headers, budget, screen)
     except BaseException:
         response.close()
         raise
@@ -157,6 +167,7 @@ async def _read(
     request_id: int | str | None,
     had_session: bool,
     budget: ByteBudget,
+    screen: Screen | None,
 ) -> Answer:
     code = response.status
     session_id = response.headers.get(SESSION_HEADER)
@@ -185,10 +196,10 @@ async def _read(
     if request_id is None:  # a notification: accepted, nothing to read
         return Answer(None, session_id)
     if mime == "application/json":
-        message = _parse(await _read_body(response, budget))
+        message = _parse(await _read_body(response, budget), screen)
         return Answer(_result(message, request_id), session_id)
     if mime == "text/event-stream":
-        return Answer(await _result_from_events(response, request_id, budget), session_id)
+        return Answer(await _result_from_events(response, request_id, budget, screen), session_id)
     raise McpFailure.of(
         "invalid", "content_type", "content-type is neither JSON nor an event stream"
     )
@@ -220,7 +231,10 @@ async def _read_body(response: aiohttp.ClientResponse, budget: ByteBudget) -> by
 
 
 async def _result_from_events(
-    response: aiohttp.ClientResponse, request_id: int | str, budget: ByteBudget
+    response: aiohttp.ClientResponse,
+    request_id: int | str,
+    budget: ByteBudget,
+    screen: Screen | None,
 ) -> dict[str, Any]:
     """The answer to ``request_id`` among the stream's events; the server's notifications and
     requests on the stream are passed over (this client declares no capability they need)."""
@@ -236,7 +250,7 @@ async def _result_from_events(
         async for event in httpx2.EventSource(stream, max_event_size=budget.cap):
             if event.event != "message" or not event.data:
                 continue
-            message = _parse(event.data.encode())
+            message = _parse(event.data.encode(), screen)
             if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id == request_id:
                 return _result(message, request_id)
     except httpx2.SSEError as err:  # an event larger than the cap (the budget stops the rest)
@@ -246,7 +260,9 @@ async def _result_from_events(
     raise McpFailure.of("error", "no_answer", "the event stream ended without an answer")
 
 
-def _parse(data: bytes) -> Any:
+def _parse(data: bytes, screen: Screen | None = None) -> Any:
+    if screen is not None:
+        screen(data)
     try:
         return jsonrpc_message_adapter.validate_json(data)
     except ValidationError as err:

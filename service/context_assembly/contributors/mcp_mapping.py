@@ -12,7 +12,9 @@ docs/contributors.md states the mapping for users; in short:
   1 → 1000; no priority is 0, like a webhook block without one;
 - an item whose ``annotations.audience`` is set without ``"assistant"`` is meant for the user
   only and does not become a block;
-- a result's ``ttlMs`` above 0 (revision 2026-07-28 servers) becomes the blocks' ``expires_at``;
+- a result's ``ttlMs`` above 0 becomes the blocks' ``expires_at`` on a session of a revision
+  that defines it (2026-07-28 on); at the handshake revisions the service speaks a server's
+  ``ttlMs`` is not the protocol's and is ignored. It is clamped to ``MAX_TTL_MS``;
 - binary contents (blobs, images, audio) never become text: each is a :class:`Skipped` item
   with the reason ``binary_content``, which the manifest reports as an omitted item.
 
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import orjson
+import pydantic_core
 from mcp_types import (
     Annotations,
     AudioContent,
@@ -43,12 +46,17 @@ from mcp_types import (
     TextContent,
     TextResourceContents,
 )
+from mcp_types.version import is_version_at_least
 
 from context_assembly.core.blocks import MAX_ID_CHARS, MAX_PRIORITY
 from context_assembly.core.request import Block
 from context_assembly.core.sources import SkipReason
 
 HASH_CHARS: Final = 12  # hex digits of an item hash in a block id (48 bits: ids within one answer)
+TTL_REVISION: Final = "2026-07-28"
+"""The first protocol revision whose results carry ``ttlMs``."""
+MAX_TTL_MS: Final = 30 * 24 * 3600 * 1000
+"""The longest lifetime a ``ttlMs`` gives blocks: 30 days, the longest a preparation is kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +123,28 @@ def listed_for_assistant(annotations: Annotations | None) -> bool:
     return annotations is not None and "assistant" in (annotations.audience or ())
 
 
+def compact_json(value: Any, *, sort_keys: bool = False) -> bytes:
+    """``value`` as compact JSON. A server's JSON may hold integers beyond 64 bits, which orjson
+    refuses: such a value is written by pydantic-core instead (a number beyond a float's range
+    as ``null``, as orjson writes it)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
+    except orjson.JSONEncodeError:
+        return pydantic_core.to_json(
+            _keys_sorted(value) if sort_keys else value, inf_nan_mode="null"
+        )
+
+
+def _keys_sorted(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value)}
+    return value
+
+
 def _digest(value: Any) -> str:
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return hashlib.sha256(compact_json(value, sort_keys=True)).hexdigest()
 
 
 def uri_id(uri: str) -> str:
@@ -133,12 +161,16 @@ def item_id(tool: str, item: Any) -> str:
     return uri_id(f"{tool}#{_digest(item)[:HASH_CHARS]}")
 
 
-def expiry(result: ReadResourceResult, now_ms: int) -> str | None:
-    """``expires_at`` of a read's blocks: now plus the result's ``ttlMs`` when the server gave
-    one above 0 (0, the protocol's "do not cache", and an absent value give no expiry)."""
+def expiry(result: ReadResourceResult, now_ms: int, protocol_version: str) -> str | None:
+    """``expires_at`` of a read's blocks: now plus the result's ``ttlMs`` (at most
+    ``MAX_TTL_MS``) when the server gave one above 0 on a session of a revision that defines it
+    (0, the protocol's "do not cache", an absent value and any value at an earlier revision give
+    no expiry)."""
+    if not is_version_at_least(protocol_version, TTL_REVISION):
+        return None
     if "ttl_ms" not in result.model_fields_set or result.ttl_ms <= 0:
         return None
-    moment = datetime.fromtimestamp((now_ms + result.ttl_ms) / 1000, tz=UTC)
+    moment = datetime.fromtimestamp((now_ms + min(result.ttl_ms, MAX_TTL_MS)) / 1000, tz=UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -170,9 +202,11 @@ def add_resource(
     result: ReadResourceResult,
     annotations: Annotations | None,
     now_ms: int,
+    protocol_version: str,
 ) -> None:
-    """One block per text content of a read resource; each binary content skipped."""
-    expires_at = expiry(result, now_ms)
+    """One block per text content of a read resource (read on a session of
+    ``protocol_version``); each binary content skipped."""
+    expires_at = expiry(result, now_ms, protocol_version)
     for content in result.contents:
         if isinstance(content, TextResourceContents):
             mapped.block(uri_id(content.uri), content.text, annotations, expires_at)
@@ -186,7 +220,7 @@ def add_tool_result(mapped: Mapped, tool: str, result: CallToolResult) -> list[R
     links: list[ResourceLink] = []
     structured = result.structured_content is not None
     if structured:
-        text = orjson.dumps(result.structured_content).decode()
+        text = compact_json(result.structured_content).decode()
         mapped.block(item_id(tool, result.structured_content), text, None, None)
     for item in result.content:
         if not for_assistant(item.annotations):

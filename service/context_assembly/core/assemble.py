@@ -7,11 +7,13 @@ it, selects, lays out and hashes. Same arguments, same result.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 from datetime import datetime
 
+from context_assembly.core import calibration
 from context_assembly.core.anchor import Anchor, Anchored, anchor_count, head_digest, shared_length
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
@@ -136,8 +138,11 @@ def assemble_frame(
         profile,
         anchor=None if exact or anchor is None or anchor.head != head else anchor,
         earlier=earlier,
+        exact=exact,
     )
-    data_limit = min(options.max_data_tokens, fit.remaining)
+    data_limit = min(
+        options.max_data_tokens, fit.remaining if fit.data_room is None else fit.data_room
+    )
     selection = select(
         blocks.graph,
         blocks.source_order,
@@ -316,6 +321,9 @@ class _Fit:
     remaining: int  # the window left for the data message
     dropped: int  # history messages dropped by compaction
     anchored: Anchored | None = None  # the shared part counted with the provider's figure
+    # Set when an estimated count is over the window but the provider's may not be
+    # (``_uncertain``): the room given to the data message instead of ``remaining``.
+    data_room: int | None = None
 
 
 def _fit(
@@ -328,6 +336,7 @@ def _fit(
     *,
     anchor: Anchor | None = None,
     earlier: _Earlier | None = None,
+    exact: bool = True,
 ) -> _Fit:
     """The fixed terms counted exactly, and the window they leave to the data message. When the
     protected data (``demand``) does not fit that window but fits ``max_data_tokens``, the
@@ -365,9 +374,11 @@ def _fit(
     remaining = capacity.tokens - reserve - fixed.total + correction
     if remaining >= demand or demand > options.max_data_tokens:
         return _Fit(history, history_counts, fixed, remaining, 0, anchored)
+    policy = options.history_policy
+    if not exact and policy.mode == "none" and _uncertain(fixed, anchored, remaining, demand):
+        return _Fit(history, history_counts, fixed, remaining, 0, anchored, data_room=demand)
     # Dropping changes the conversation the anchor was matched on: count without it.
     remaining = capacity.tokens - reserve - fixed.total
-    policy = options.history_policy
     dropped = 0
     if policy.mode == "drop_oldest":
         # Units over history + input: a call whose results are in the input is never dropped.
@@ -385,6 +396,17 @@ def _fit(
     fixed = fixed_terms(history_counts)
     remaining = capacity.tokens - reserve - fixed.total
     return _Fit(history[dropped:], history_counts, fixed, remaining, dropped)
+
+
+def _uncertain(fixed: FixedCosts, anchored: Anchored | None, remaining: int, demand: int) -> bool:
+    """Whether an estimated count over the window may still be under it by the provider's count:
+    the protected data would fit if the estimated part counted ``calibration.FLOOR`` of itself
+    (the most the estimate is taken to be over). Then the frame is not refused: it carries the
+    protected data only, with the warning ``estimate_over_window``, and the provider's count
+    (its usage report) anchors the next turn."""
+    estimated = fixed.total - (0 if anchored is None else anchored.estimated_tokens)
+    lowest = remaining + estimated - math.ceil(estimated * calibration.FLOOR)
+    return lowest >= demand
 
 
 def _anchored(
@@ -500,6 +522,16 @@ def _manifest(
             "count": placed.own_count,
             "latest_user_turn": placed.turn_index,
         },
+        warnings=[]
+        if fit.data_room is None
+        else [
+            {
+                "code": "estimate_over_window",
+                "detail": "the estimated count is over the window, but the provider's count may "
+                "not be: the frame carries the protected data only, and is sent for the provider "
+                "to count (post its usage: the next turn counts on it)",
+            }
+        ],
     )
 
 

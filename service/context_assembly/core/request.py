@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
 
 import orjson
@@ -17,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -30,13 +32,15 @@ from pydantic import (
     model_validator,
 )
 from pydantic.config import JsonDict
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from context_assembly.core.pairing import Located, first_violation
+from context_assembly.core.pairing import Located, PairingViolation, first_violation
 from context_assembly.core.provider_messages import (
     InputFormat,
+    Origin,
     ProviderFormat,
     ShapeError,
+    read_located,
     read_messages,
 )
 from context_assembly.core.strict_schema import strict_problems
@@ -649,6 +653,11 @@ class Routing(Frozen):
 ModelName = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 MAX_MODELS = 8
 _MESSAGES = TypeAdapter(list[Message])
+# The lists of a message validated apart when it is a large one (``_messages``).
+_LISTS: Final[dict[str, TypeAdapter[Any]]] = {
+    "content": TypeAdapter(list[Part]),
+    "tool_calls": TypeAdapter(list[ToolCall]),
+}
 
 
 # --------------------------------------------------------------------------- options
@@ -781,49 +790,209 @@ class CacheOptions(Frozen):
         return "previous_preparation_id" in self.model_fields_set
 
 
-def read_conversation(data: Any, fields: tuple[str, ...]) -> Any:
+MAX_MESSAGES: Final = 10_000
+"""The most messages ``history`` and ``input`` may hold together, counted as the caller sends
+them (docs/operations.md, "Large requests"): more is a 422 naming the field, before any message
+is read or validated."""
+
+# Items (messages, content parts, tool calls) validated per call of pydantic-core: between two
+# calls the interpreter may hand its lock to the event loop, when a large body is parsed in a
+# worker thread (``offload.py``); within one, it cannot.
+_CHUNK: Final = 2048
+
+CONVERSATION: Final = ("history", "input")
+
+
+def too_many_messages(counts: dict[str, int]) -> ValidationError | None:
+    """The error of a conversation over ``MAX_MESSAGES`` (``counts``: the messages of each field
+    sent as a list, in order), at the field that goes over; ``None`` within it."""
+    total = 0
+    for field, count in counts.items():
+        total += count
+        if total > MAX_MESSAGES:
+            held = sum(counts.values())
+            return ValidationError.from_exception_data(
+                "PrepareRequest",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "too_many_messages",
+                            f"history and input hold {held} messages together, over the limit "
+                            f"of {MAX_MESSAGES} a request may send",
+                        ),
+                        loc=(field,),
+                        input=None,
+                    )
+                ],
+            )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """A request body with its conversation read (``read_conversation``): the messages of each
+    field as the caller sent them and the format they were read in (to name an error at the
+    caller's place: ``origins``), and the first tool-pairing rule the conversation breaks."""
+
+    data: Any
+    sent: dict[str, list[Any]]
+    declared: InputFormat
+    violation: PairingViolation | None
+
+    def origins(self, field: str) -> list[Origin] | None:
+        """The ``Origin`` of each neutral message of ``field`` (``None``: not read)."""
+        if field not in self.sent:
+            return None
+        return read_located(self.sent[field], self.declared)[1]
+
+
+def read_conversation(data: Any, fields: tuple[str, ...] = CONVERSATION) -> Conversation:
     """``data`` (a request body) with the provider-shaped messages of ``fields`` read into
     neutral ones, by the body's ``input_format``; an unreadable message is an error at its
-    place (``history.3.content.1``). A bad ``input_format`` is left for the model to report.
+    place (``history.3.content.1``), and so is a conversation over ``MAX_MESSAGES``. A bad
+    ``input_format`` is left for the model to report.
 
     The conversation (the fields in order) must then keep the providers' tool-pairing rules
-    (``core/pairing.py``); a violation is an error at the caller's message (``history.4``) that
-    names the call id."""
+    (``core/pairing.py``): the first violation is returned, for an error at the caller's
+    message (``history.4``) that names the call id."""
     if not isinstance(data, dict):
-        return data
+        return Conversation(data, {}, "neutral", None)
+    lists = {field: data[field] for field in fields if isinstance(data.get(field), list)}
+    over = too_many_messages({field: len(value) for field, value in lists.items()})
+    if over is not None:
+        raise over
     declared = data.get("input_format", "auto")
     if declared not in ("auto", "neutral", "openai-chat", "anthropic", "openai-responses"):
-        return data
+        return Conversation(data, {}, "neutral", None)
     read = dict(data)
     conversation: list[Located] = []
-    provider_held = False
-    for field in fields:
-        value = read.get(field)
-        if isinstance(value, dict) and value.get("native") is True:
-            provider_held = True
-        if not isinstance(value, list):
-            continue
+    provider_held = any(
+        isinstance(data.get(field), dict) and data[field].get("native") is True for field in fields
+    )
+    for field, value in lists.items():
         try:
-            read[field], origins = read_messages(value, declared)
+            read[field], indexes = read_messages(value, declared)
         except ShapeError as err:
             raise _located_error((field, *err.loc), err.message) from None
         conversation.extend(
             Located(message, field, index)
-            for message, index in zip(read[field], origins, strict=True)
+            for message, index in zip(read[field], indexes, strict=True)
         )
     violation = first_violation(conversation, provider_held=provider_held)
-    if violation is not None:
-        raise ValidationError.from_exception_data(
-            "PrepareRequest",
-            [
-                InitErrorDetails(
-                    type=PydanticCustomError("tool_pairing", violation.message),
-                    loc=(violation.field, violation.index),
-                    input=violation.call_id,
-                )
-            ],
-        )
-    return read
+    return Conversation(read, lists, declared, violation)
+
+
+def _pairing_detail(violation: PairingViolation) -> InitErrorDetails:
+    return InitErrorDetails(
+        type=PydanticCustomError("tool_pairing", violation.message),
+        loc=(violation.field, violation.index),
+        input=violation.call_id,
+    )
+
+
+def _again(error: ErrorDetails, loc: tuple[str | int, ...]) -> InitErrorDetails:
+    """A validation error as it was, at ``loc``."""
+    return InitErrorDetails(
+        type=PydanticCustomError(error["type"], error["msg"]), loc=loc, input=error["input"]
+    )
+
+
+def _relocated(err: ValidationError, read: Conversation) -> ValidationError:
+    """``err`` (the model's validation of ``read.data``) with every place below a message of
+    the conversation named as the caller sent it (``Origin.locate``: the caller's message, and
+    its field), and the pairing violation, if any, after the other errors."""
+    errors = err.errors(include_url=False)
+    moved: list[InitErrorDetails] = []
+    changed = read.violation is not None
+    found: dict[str, list[Origin] | None] = {}
+    for error in errors:
+        loc = error["loc"]
+        field = str(loc[0]) if loc else ""
+        if field in read.sent and field not in found:
+            found[field] = read.origins(field)  # read again, with the routes, on an error only
+        origins = found.get(field)
+        if origins is not None and len(loc) > 1 and isinstance(loc[1], int):
+            index, place = origins[loc[1]].locate(loc[2:])
+            moved_loc: tuple[str | int, ...] = (loc[0], index, *place)
+            changed = changed or moved_loc != loc
+            loc = moved_loc
+        moved.append(_again(error, loc))
+    if not changed:
+        return err
+    if read.violation is not None:
+        moved.append(_pairing_detail(read.violation))
+    return ValidationError.from_exception_data(err.title, moved)
+
+
+def _weight(message: Any) -> int:
+    """The items validating ``message`` takes: itself, its content parts and its tool calls."""
+    if not isinstance(message, dict):
+        return 1
+    return 1 + sum(len(items) for key in _LISTS if isinstance(items := message.get(key), list))
+
+
+def _messages(value: Any) -> list[Message]:
+    """``value`` validated as a list of messages, about ``_CHUNK`` items a call (errors at the
+    index of the whole list); a message of more items has its content parts and tool calls
+    validated ``_CHUNK`` at a time first."""
+    if not isinstance(value, list):
+        return _MESSAGES.validate_python(value)
+    weights = [_weight(message) for message in value]
+    if sum(weights) <= _CHUNK:
+        return _MESSAGES.validate_python(value)
+    validated: list[Message] = []
+    errors: list[InitErrorDetails] = []
+    start = 0
+    while start < len(value):
+        end, load = start + 1, weights[start]
+        while end < len(value) and load + weights[end] <= _CHUNK:
+            load += weights[end]
+            end += 1
+        chunk = value[start:end]
+        if load > _CHUNK:  # one message alone
+            chunk = [_with_lists(value[start], start, errors)]
+        if chunk[0] is not None:
+            try:
+                validated += _MESSAGES.validate_python(chunk)
+            except ValidationError as err:
+                errors += _shifted(err, start)
+        start = end
+    if errors:
+        raise ValidationError.from_exception_data("list[Message]", errors)
+    return validated
+
+
+def _with_lists(message: dict[str, Any], index: int, errors: list[InitErrorDetails]) -> Any:
+    """``message`` with its content parts and tool calls validated, ``_CHUNK`` at a time; their
+    errors go to ``errors`` (at ``index``), and the message is then ``None``."""
+    read = dict(message)
+    failed = False
+    for key, adapter in _LISTS.items():
+        items = message.get(key)
+        if not isinstance(items, list):
+            continue
+        done: list[Any] = []
+        for start in range(0, len(items), _CHUNK):
+            try:
+                done += adapter.validate_python(items[start : start + _CHUNK])
+            except ValidationError as err:
+                errors += _shifted(err, start, (index, key))
+                failed = True
+        read[key] = done
+    return None if failed else read
+
+
+def _shifted(
+    err: ValidationError, offset: int, above: tuple[str | int, ...] = ()
+) -> list[InitErrorDetails]:
+    """The errors of a list's slice from ``offset``, at the index in the whole list (below
+    ``above``)."""
+    shifted = []
+    for error in err.errors(include_url=False):
+        first, *rest = error["loc"]
+        index = first + offset if isinstance(first, int) else first
+        shifted.append(_again(error, (*above, index, *rest)))
+    return shifted
 
 
 def _located_error(loc: tuple[str | int, ...], message: str) -> ValidationError:
@@ -978,10 +1147,21 @@ class PrepareRequest(Frozen):
         "against the previous one of the same scope.",
     )
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _provider_shapes(cls, data: Any) -> Any:
-        return read_conversation(data, ("history", "input"))
+    def _provider_shapes(cls, data: Any, handler: ModelWrapValidatorHandler[PrepareRequest]) -> Any:
+        # The conversation is read first (``read_conversation``); the model's errors then name
+        # the caller's messages, and a broken tool pairing is named after them (or alone).
+        read = read_conversation(data)
+        try:
+            validated = handler(read.data)
+        except ValidationError as err:
+            raise _relocated(err, read) from None
+        if read.violation is not None:
+            raise ValidationError.from_exception_data(
+                "PrepareRequest", [_pairing_detail(read.violation)]
+            )
+        return validated
 
     @field_validator("history", mode="wrap")
     @classmethod
@@ -992,7 +1172,14 @@ class PrepareRequest(Frozen):
             return NativeHistory.model_validate(value)
         if isinstance(value, NativeHistory):
             return value
-        return _MESSAGES.validate_python(value)
+        return _messages(value)
+
+    @field_validator("input", mode="wrap")
+    @classmethod
+    def _input(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, list) and sum(map(_weight, value)) > _CHUNK:
+            return _messages(value)  # in chunks (``_CHUNK``)
+        return handler(value)
 
     @model_validator(mode="after")
     def _model_or_models(self) -> PrepareRequest:

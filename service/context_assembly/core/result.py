@@ -69,7 +69,7 @@ class RoutingReport(Frozen):
     )
 
 
-CountSource = Literal["exact", "anchored", "estimate"]
+CountSource = Literal["exact", "anchored", "calibrated", "estimate"]
 
 
 class AnchorReport(Frozen):
@@ -144,14 +144,23 @@ class BudgetReport(Frozen):
         exclude_if=_unset,
         description="Where `total_input_tokens` comes from: `exact` (the model's own "
         "tokenizer), `anchored` (the part repeating the previous turn counted with the "
-        "provider's figure, the rest estimated) or `estimate` (the conservative estimator: at "
-        "least the real count in practice). Absent in records stored before it was reported.",
+        "provider's figure, the rest estimated), `calibrated` (the estimate times "
+        "`calibration_factor`, learnt from this tenant's usage reports on the model) or "
+        "`estimate` (the conservative estimator: at least the real count in practice). Absent in "
+        "records stored before it was reported.",
     )
     estimated_tokens: int | None = Field(
         default=None,
         exclude_if=_unset,
         description="How many of `total_input_tokens` are estimated (the error bound: the "
         "estimate is meant to be over, never under, the provider's count); 0 when `exact`.",
+    )
+    calibration_factor: float | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The factor the estimated counts were multiplied by (at most 1, at least "
+        "0.5), learnt from the provider's counts in this tenant's usage reports on the model; "
+        "absent while there are too few reports, and for exact counts.",
     )
     anchored: AnchorReport | None = Field(
         default=None,
@@ -347,9 +356,12 @@ class CacheReport(Frozen):
 class ManifestWarning(Frozen):
     """A fact about how the frame was made that the caller may not expect."""
 
-    code: Literal["unknown_model"] = Field(
+    code: Literal["unknown_model", "estimate_over_window"] = Field(
         description="`unknown_model`: the model is not in the registry; its tokens are counted "
-        "with the conservative estimate and its window is the request's or the fallback."
+        "with the conservative estimate and its window is the request's or the fallback. "
+        "`estimate_over_window`: the estimated count is over the window but the provider's may "
+        "not be (it would fit were the estimated part half its size): the frame is not refused; "
+        "it carries the protected data only, and the provider's count decides."
     )
     detail: str = Field(
         description="The same in words, naming the model and the known names nearest to it."
@@ -448,7 +460,9 @@ class SelectionReport(Frozen):
         default_factory=list,
         exclude_if=lambda value: not value,
         description="What the caller should know about how this frame was made (absent when "
-        "there is nothing): `unknown_model` when the model is not in the registry.",
+        "there is nothing): `unknown_model` when the model is not in the registry, "
+        "`estimate_over_window` when an estimated count is over the window but the provider's "
+        "may not be.",
     )
 
 

@@ -336,6 +336,9 @@ def accounting_observation(
     observed_at: str,
     *,
     expected_cached_tokens: int | None = None,
+    response_id: str | None = None,
+    diagnostics: Mapping[str, Any] | None = None,
+    cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The accounting record of one usage report (``last`` / ``auxiliary``, docs/contract.md, "Accounting").
 
@@ -344,6 +347,9 @@ def accounting_observation(
     in from the caller: the core reads no clock. ``expected_cached_tokens`` is the preparation's
     (``core.cache.expected_cached_tokens``), shown beside the provider's ``cached_input_tokens``;
     ``None`` for a repair call and for a preparation made before the figure existed.
+    ``response_id`` and ``diagnostics`` are the provider's response id and cache diagnostics
+    object as the report named them (``None``: it named none). ``cost`` is what the report cost
+    (``preparations/costs.py``; ``None``: it cannot be priced).
     """
     provider_input = normalized.provider_input_tokens
     return {
@@ -359,4 +365,7 @@ def accounting_observation(
         "expected_cached_tokens": expected_cached_tokens,
         "cache_creation_input_tokens": normalized.cache_creation_input_tokens,
         "output_tokens": normalized.output_tokens,
+        "response_id": response_id,
+        "diagnostics": None if diagnostics is None else dict(diagnostics),
+        "cost": None if cost is None else dict(cost),
     }

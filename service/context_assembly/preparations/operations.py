@@ -23,7 +23,7 @@ from context_assembly import tracing
 from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
-from context_assembly.core import cache
+from context_assembly.core import cache, calibration
 from context_assembly.core.anchor import Anchor
 from context_assembly.core.fingerprint import message_hashes, text_hash
 from context_assembly.core.request import PrepareRequest
@@ -50,9 +50,10 @@ from context_assembly.lifecycle_models import (
     ValidateRequest,
     ValidateResponse,
 )
-from context_assembly.offload import run_assembly_async
+from context_assembly.offload import large_inputs, off_loop, run_assembly_async
 from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
+from context_assembly.preparations.costs import report_cost
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
     Prepared,
@@ -71,6 +72,7 @@ from context_assembly.preparations.staleness import (
 )
 from context_assembly.preparations.targets import Contributors
 from context_assembly.storage import Accounting, PreparationRecord, Slot, Store
+from context_assembly.tokens.prices import ModelPrices
 from context_assembly.tokens.registry import ModelRegistry
 
 # Compare-and-set rounds of a repair or a refresh's write before it gives up with a 503: each
@@ -128,6 +130,7 @@ class Round:
     pinned: str | None = None
     history_hashes: list[str] | None = None
     anchor: Anchor | None = None  # the previous turn's provider count (``core/anchor.py``)
+    calibration: float | None = None  # the estimate's factor (``core/calibration.py``)
 
 
 class Preparations:
@@ -143,8 +146,11 @@ class Preparations:
         resolver: Resolver | None = None,
         clock: Clock | None = None,
         cache_key_secret: bytes | None = None,
+        prices: ModelPrices | None = None,
     ) -> None:
         self.settings = settings
+        # What each model's usage costs (``tokens/prices.py``): the shipped prices by default.
+        self.prices = prices if prices is not None else ModelPrices.load(registry)
         # The HMAC key of automatic ``prompt_cache_key``s (``core/cache.py``): the app passes the
         # configured or stored one; an instance built without it keys with a random one.
         self.cache_key_secret = cache_key_secret or os.urandom(32)
@@ -153,12 +159,19 @@ class Preparations:
         self.clock = clock or Clock()
         self.contributors = Contributors(settings, client, resolver=resolver, clock=self.clock)
 
-    def reconfigure(self, settings: Settings, registry: ModelRegistry | None = None) -> None:
-        """Take reloaded settings (contributors, allowlist, limits) and the model registry they
-        make (``[models."name"]``) for the next calls."""
+    def reconfigure(
+        self,
+        settings: Settings,
+        registry: ModelRegistry | None = None,
+        prices: ModelPrices | None = None,
+    ) -> None:
+        """Take reloaded settings (contributors, allowlist, limits), the model registry they
+        make (``[models."name"]``) and the prices (``[prices."name"]``) for the next calls."""
         self.settings = settings
         if registry is not None:
             self.registry = registry
+        if prices is not None:
+            self.prices = prices
         self.contributors.reconfigure(settings)
 
     async def aclose(self) -> None:
@@ -177,9 +190,12 @@ class Preparations:
         now = self.clock.now()
         local_time(now, request.timezone)  # an unknown time zone fails before any webhook call
         before = await turns.previous(self.store, tenant, request, self.clock.wall())
-        anchor = None
-        if not model_context(request, self.registry).exact:
+        anchor = factor = None
+        ctx = model_context(request, self.registry)
+        if not ctx.exact:  # estimated counts: the provider's own counts correct them
             anchor = await turns.anchor(self.store, tenant, before, self.clock.wall())
+            if request.models is None:
+                factor = calibration.factor(await self.store.calibration(tenant, ctx.key))
         step = Round(
             prep_id=new_preparation_id(),
             attempt=1,
@@ -187,6 +203,7 @@ class Preparations:
             before=before,
             budget_ms=request.options.timeout_ms,
             anchor=anchor,
+            calibration=factor,
         )
         prepared, stored = await self._round(tenant, request, setups, step, large_body=large_body)
         data = stored.dump()
@@ -231,6 +248,7 @@ class Preparations:
             pin_model=step.pinned if request.models is not None else None,
             anchor=step.anchor,
             prior=None if step.before.part is None else step.before.part.prior(),
+            calibration=step.calibration,
         )
         if not ctx.known:
             log.warning(
@@ -239,48 +257,54 @@ class Preparations:
                 model=ctx.model,
                 nearest=list(ctx.nearest),
             )
-        sent = message_hashes(request.history_messages)
-        minimum = cache_minimum(request, ctx, self.registry)
-        turn = cache.turn(
-            request,
-            assembly,
-            model=ctx.model,
-            minimum=minimum,
-            tenant=tenant,
-            previous_preparation_id=step.before.id,
-            previous=step.before.digests,
-            key_secret=self.cache_key_secret,
-            history_digests=sent[assembly.budget.history_dropped_messages :],
-        )
-        response = to_response(
-            request,
-            assembly,
-            ctx,
-            preparation_id=step.prep_id,
-            expires_at=step.expires,
-            attempt=step.attempt,
-            cache=turn,
-        )
-        prepared = Prepared.of(response)
-        stored = record_of(
-            request,
-            assembly,
-            ctx,
-            prepared,
-            turn=turns.record_part(
+
+        def conclude() -> tuple[Prepared, StoredPreparation]:
+            # The answer and its record (hashes and dumps of the whole frame): off the loop for
+            # a large request, as its assembly was.
+            sent = message_hashes(request.history_messages)
+            minimum = cache_minimum(request, ctx, self.registry)
+            turn = cache.turn(
                 request,
-                turn,
-                step.before,
-                self.clock.wall(),
-                assembly=assembly,
+                assembly,
                 model=ctx.model,
                 minimum=minimum,
-            ),
-            answered=collected.answered(),
-            used_ms=step.used_ms + collected.used_ms,
-            history_hashes=sent if step.history_hashes is None else step.history_hashes,
-        )
-        return prepared, stored
+                tenant=tenant,
+                previous_preparation_id=step.before.id,
+                previous=step.before.digests,
+                key_secret=self.cache_key_secret,
+                history_digests=sent[assembly.budget.history_dropped_messages :],
+            )
+            response = to_response(
+                request,
+                assembly,
+                ctx,
+                preparation_id=step.prep_id,
+                expires_at=step.expires,
+                attempt=step.attempt,
+                cache=turn,
+            )
+            prepared = Prepared.of(response)
+            stored = record_of(
+                request,
+                assembly,
+                ctx,
+                prepared,
+                turn=turns.record_part(
+                    request,
+                    turn,
+                    step.before,
+                    self.clock.wall(),
+                    assembly=assembly,
+                    model=ctx.model,
+                    minimum=minimum,
+                ),
+                answered=collected.answered(),
+                used_ms=step.used_ms + collected.used_ms,
+                history_hashes=sent if step.history_hashes is None else step.history_hashes,
+            )
+            return prepared, stored
+
+        return await off_loop(conclude, large_body or large_inputs(collected.inputs))
 
     async def budget(
         self, tenant: str, request: PrepareRequest, *, large_body: bool = False
@@ -492,6 +516,11 @@ class Preparations:
             body.report_id,
             rfc3339(self.clock.now()),
             expected_cached_tokens=None if body.call == "repair" else turns.expected_of(stored),
+            response_id=body.response_id,
+            diagnostics=body.diagnostics,
+            cost=report_cost(
+                self.prices, stored.model, body.provider, body.usage, normalized, _ttl(stored)
+            ),
         )
         slot: Slot = "auxiliary" if body.call == "repair" else "last"
         limit = self.settings.limits.max_usage_reports
@@ -506,10 +535,37 @@ class Preparations:
             )
         if result.status == "missing" or result.accounting is None:
             raise not_found(prep_id)
+        if result.status == "applied" and body.call == "main":
+            await self._calibrate(tenant, stored, normalized.provider_input_tokens)
         return RecordedUsage(
             _usage_response(prep_id, stored, result.accounting),
             applied=result.status == "applied",
         )
+
+    async def _calibrate(
+        self, tenant: str, stored: StoredPreparation, provider_input: int | None
+    ) -> None:
+        """Keep the ratio a main call's report observes on an estimated count
+        (``core/calibration.py``), under the model's registry entry."""
+        budget = stored.response.budget
+        if budget.get("count_source") not in ("estimate", "calibrated", "anchored"):
+            return
+        anchored = budget.get("anchored") or {}
+        ratio = calibration.observed_ratio(
+            provider_input,
+            budget.get("estimated_tokens"),
+            int(anchored.get("counted_tokens", 0)),
+            budget.get("calibration_factor"),
+        )
+        if ratio is not None:
+            model = stored.response.selection.get("model_entry") or stored.model
+            await self.store.calibration(tenant, model, ratio)
+
+
+def _ttl(stored: StoredPreparation) -> str:
+    """The time to live the preparation's cache plan asked for (``5m`` unless it said ``1h``)."""
+    options = None if stored.cache is None else stored.cache.options
+    return "1h" if options is not None and options.get("ttl") == "1h" else "5m"
 
 
 def _accounting(stored: StoredPreparation, accounting: Accounting) -> AccountingReport:

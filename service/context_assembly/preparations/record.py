@@ -10,8 +10,9 @@ used, the names of the plugins whose legacy view was placed, the turn's cache pl
 input.
 
 The store keeps a record as a JSON object it does not interpret; ``StoredPreparation`` is what
-that object means. Every reader goes through ``StoredPreparation.read``, which also reads every
-older shape a store may hold (a store keeps a record for up to ``store.ttl_seconds``, and in a
+that object means. Every reader goes through ``StoredPreparation.read`` (the timeline and the
+previous turn's lookup through ``TurnRecord.read``, which reads the turn part only), which also
+reads every older shape a store may hold (a store keeps a record for up to ``store.ttl_seconds``, and in a
 rolling deploy a replica reads what the previous version wrote):
 
 - ``record_version`` 2 (``RECORD_VERSION``): the current shape.
@@ -222,6 +223,33 @@ class StoredPreparation(Part):
     def contributor_refs(self) -> list[ContributorRef]:
         """How to reach each contributor of the preparation again."""
         return CONTRIBUTOR_REFS.validate_python(self.contributors)
+
+
+class _TurnResponse(BaseModel):
+    """The one field of a record's ``response`` a turn of the timeline shows."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    layout: str
+
+
+class TurnRecord(BaseModel):
+    """What the timeline reads of a record: its turn (``cache``, ``StoredTurn``) and the few
+    fields a turn shows beside it (``timeline_turn``), the same in every shape a store may hold.
+    The rest of the record (its manifest, hashes, contributors) is neither read nor validated:
+    a page of fifty heavy turns reads fifty small parts, not fifty whole records."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    response: _TurnResponse
+    model: str
+    render: str
+    scope_hash: str
+    estimated_input_tokens: int
+    cache: StoredTurn | None = None
+
+    @classmethod
+    def read(cls, record: PreparationRecord) -> TurnRecord:
+        """The turn part of ``record``'s data."""
+        return cls.model_validate(record.data)
 
 
 def new_preparation_id() -> str:

@@ -31,8 +31,9 @@ Record (``record_part``)
 
 Timeline (``page``)
     A page holds at most ``TIMELINE_TURNS`` turns of the chain, oldest first: the newest, or
-    those numbered below ``before``. A record made before turn numbers were kept takes its number
-    from the newer turn it precedes, or has none.
+    those numbered below ``before``. Each record is read for its turn part only
+    (``record.TurnRecord``: the ``cache`` field and the few fields a turn shows). A record made
+    before turn numbers were kept takes its number from the newer turn it precedes, or has none.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from context_assembly.preparations.record import (
     StoredPreparation,
     StoredTurn,
     TurnNames,
+    TurnRecord,
 )
 from context_assembly.storage import PreparationRecord, Store
 
@@ -100,7 +102,7 @@ async def load(store: Store, tenant: str, prep_id: str | None, now: float) -> Pr
     if prep_id is None:
         return FIRST_TURN
     record = await store.get(tenant, prep_id, now)
-    return Previous(prep_id, None if record is None else StoredPreparation.read(record).cache)
+    return Previous(prep_id, None if record is None else TurnRecord.read(record).cache)
 
 
 async def previous(store: Store, tenant: str, request: PrepareRequest, now: float) -> Previous:
@@ -294,7 +296,7 @@ def stored_options(stored: StoredPreparation) -> CacheOptions | None:
     return CacheOptions.model_validate(part.options)
 
 
-def stored_previous(stored: StoredPreparation) -> str | None:
+def stored_previous(stored: StoredPreparation | TurnRecord) -> str | None:
     """The previous preparation id a record was compared with."""
     return None if stored.cache is None else stored.cache.previous_preparation_id
 
@@ -322,10 +324,10 @@ def miss(
 
 
 def timeline_turn(
-    record: PreparationRecord, stored: StoredPreparation, number: int | None
+    record: PreparationRecord, stored: StoredPreparation | TurnRecord, number: int | None
 ) -> TimelineTurn:
-    """A record (``stored``: what its data means) as a turn of the timeline; ``number`` is its
-    turn's (``page`` derives it for a record that has none)."""
+    """A record (``stored``: what its data means, or its turn part) as a turn of the timeline;
+    ``number`` is its turn's (``page`` derives it for a record that has none)."""
     part = stored.cache
     last = record.accounting.last
     reported = None if last is None else last.get("cached_input_tokens")
@@ -364,11 +366,11 @@ async def page(
     scope), at most ``TIMELINE_TURNS``, the newest or those numbered below ``before``.
 
     The chain is walked from ``record`` (one read per turn, newer turns included when
-    ``before`` skips them); ``older_before`` is set when a live turn older than the page
-    follows it."""
-    shown: list[tuple[PreparationRecord, StoredPreparation, int | None]] = []  # newest first
+    ``before`` skips them), each record read for its turn part only (``TurnRecord``);
+    ``older_before`` is set when a live turn older than the page follows it."""
+    shown: list[tuple[PreparationRecord, TurnRecord, int | None]] = []  # newest first
     seen = {record.id}
-    current, stored = record, StoredPreparation.read(record)
+    current, stored = record, TurnRecord.read(record)
     number = _number(stored)
     scope_hash = stored.scope_hash
     older = False
@@ -384,7 +386,7 @@ async def page(
         found = await store.get(record.tenant, prep_id, now)
         if found is None:
             break
-        current, stored = found, StoredPreparation.read(found)
+        current, stored = found, TurnRecord.read(found)
         if stored.scope_hash != scope_hash:
             break
         seen.add(prep_id)
@@ -399,7 +401,7 @@ async def page(
     )
 
 
-def _number(stored: StoredPreparation) -> int | None:
+def _number(stored: StoredPreparation | TurnRecord) -> int | None:
     return None if stored.cache is None else stored.cache.turn
 
 

@@ -189,6 +189,16 @@ class Store(Protocol):
         """The server secret ``name``: the stored one, else ``candidate``, stored now."""
         ...
 
+    async def calibration(self, tenant: str, model: str, ratio: float | None = None) -> list[float]:
+        """The ratios kept for ``tenant`` on ``model`` (``core/calibration.py``), oldest first,
+        after appending ``ratio`` when one is given (at most ``calibration.WINDOW`` kept). They
+        never expire: they are figures, no text."""
+        ...
+
+    async def calibrations(self, tenant: str) -> dict[str, list[float]]:
+        """Every model's kept ratios of ``tenant``."""
+        ...
+
     async def purge_expired(self, now: float) -> int:
         """Delete records expired at ``now``; returns how many (0 where the backend expires itself)."""
         ...

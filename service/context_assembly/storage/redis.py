@@ -51,10 +51,12 @@ lose acknowledged writes (a preparation, a claim, a usage report). Enable AOF on
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from collections.abc import Awaitable, Mapping
 from typing import Any, Final, TypeVar, cast
 
+import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -67,6 +69,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from context_assembly.core import calibration
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage.base import (
     Accounting,
@@ -190,6 +193,21 @@ return {'applied', answer}
 )
 
 
+# KEYS[1] the tenant's calibration hash; ARGV model, ratio, how many to keep. Appends the ratio
+# to the model's list (JSON), keeps the newest, and returns the list.
+_APPEND_RATIO_LUA = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+local ratios = {}
+if raw then ratios = cjson.decode(raw) end
+table.insert(ratios, tonumber(ARGV[2]))
+local keep = tonumber(ARGV[3])
+while #ratios > keep do table.remove(ratios, 1) end
+local out = cjson.encode(ratios)
+redis.call('HSET', KEYS[1], ARGV[1], out)
+return out
+"""
+
+
 class RedisStore:
     """``Store`` backed by Redis; build it with ``RedisStore.from_url(url, key_prefix=...)``."""
 
@@ -205,6 +223,7 @@ class RedisStore:
         self._replace = client.register_script(_REPLACE_LUA)
         self._claim = client.register_script(_CLAIM_LUA)
         self._usage = client.register_script(_USAGE_LUA)
+        self._append_ratio = client.register_script(_APPEND_RATIO_LUA)
 
     @classmethod
     def from_url(
@@ -409,6 +428,32 @@ class RedisStore:
         if value is None:  # deleted between the two calls: keep ours
             return candidate
         return value if isinstance(value, bytes) else value.encode()
+
+    def calibration_key(self, tenant: str) -> str:
+        """The hash of ``tenant``'s calibration ratios, one field per model (a digest of the
+        tenant names it, as the latest pointers' keys do)."""
+        tag = hashlib.sha256(tenant.encode()).hexdigest()[:32]
+        return f"{self._prefix}calibration:{tag}"
+
+    async def calibration(self, tenant: str, model: str, ratio: float | None = None) -> list[float]:
+        """``HGET``; with ``ratio``, append it and ``HSET`` the last ``WINDOW`` in a script, so
+        two reports at once both count."""
+        key = self.calibration_key(tenant)
+        if ratio is None:
+            raw = await self._call(self._client.hget(key, model))
+            return [] if raw is None else list(orjson.loads(raw))
+        kept = await self._call(
+            self._append_ratio(keys=[key], args=[model, repr(ratio), calibration.WINDOW])
+        )
+        return list(orjson.loads(cast("bytes", kept)))
+
+    async def calibrations(self, tenant: str) -> dict[str, list[float]]:
+        """``HGETALL`` of the tenant's hash."""
+        raw = await self._call(self._client.hgetall(self.calibration_key(tenant)))
+        return {
+            (k.decode() if isinstance(k, bytes) else k): list(orjson.loads(v))
+            for k, v in raw.items()
+        }
 
     async def purge_expired(self, now: float) -> int:
         """Nothing to do: Redis deletes each key at its own ``PEXPIREAT``."""

@@ -21,7 +21,7 @@ WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3
 WAL-reset bug that can corrupt a database written by several processes at once; see
 ``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
 
-Schema (``PRAGMA user_version`` = 2; a version 1 file gains the ``latest`` table on open):
+Schema (``PRAGMA user_version`` = 4; an older file gains the tables it lacks on open):
 
 - ``preparations(id PK, tenant, expires_at REAL, refresh_used, version, data, last, auxiliary)``;
   ``data`` and the two observations are orjson bytes (observations NULL until reported).
@@ -30,6 +30,9 @@ Schema (``PRAGMA user_version`` = 2; a version 1 file gains the ``latest`` table
 - ``latest(tenant, scope_key, preparation_id, expires_at, data)``, PK ``(tenant, scope_key)``:
   the pointer ``put(..., latest_of=...)`` writes in the record's transaction, with its expiry
   and ``latest_data`` (orjson bytes).
+- ``secrets(name PK, value)``: the server secrets (schema 3).
+- ``calibration(tenant, model, ratios)``, PK ``(tenant, model)``: the estimate's kept ratios
+  (``core/calibration.py``), an orjson list (schema 4).
 
 Every lookup is one primary-key read that also matches the tenant and the expiry
 (``id = ? AND tenant = ? AND expires_at > ?``), so another tenant's id and an unknown id take the
@@ -46,6 +49,9 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
+import orjson
+
+from context_assembly.core import calibration
 from context_assembly.errors import StoreUnavailableError
 from context_assembly.storage.base import (
     Accounting,
@@ -69,7 +75,7 @@ from context_assembly.storage.codec import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = (
     """
@@ -112,6 +118,16 @@ _SECRETS = """
     CREATE TABLE IF NOT EXISTS secrets (
         name  TEXT PRIMARY KEY,
         value BLOB NOT NULL
+    ) WITHOUT ROWID
+"""
+
+# Added in schema version 4 (created in a fresh file, and on open of an older file).
+_CALIBRATION = """
+    CREATE TABLE IF NOT EXISTS calibration (
+        tenant TEXT NOT NULL,
+        model  TEXT NOT NULL,
+        ratios BLOB NOT NULL,
+        PRIMARY KEY (tenant, model)
     ) WITHOUT ROWID
 """
 
@@ -426,6 +442,39 @@ class SqliteStore:
 
         return await self._run(functools.partial(_write, keep))
 
+    async def calibration(self, tenant: str, model: str, ratio: float | None = None) -> list[float]:
+        """Read the ratios, and with ``ratio`` append it and keep the last ``WINDOW``, in one
+        write transaction (so two reports at once both count)."""
+
+        def keep(conn: sqlite3.Connection) -> list[float]:
+            row = conn.execute(
+                "SELECT ratios FROM calibration WHERE tenant = ? AND model = ?", (tenant, model)
+            ).fetchone()
+            ratios: list[float] = [] if row is None else orjson.loads(row[0])
+            if ratio is None:
+                return ratios
+            ratios = [*ratios, ratio][-calibration.WINDOW :]
+            conn.execute(
+                "INSERT OR REPLACE INTO calibration (tenant, model, ratios) VALUES (?, ?, ?)",
+                (tenant, model, orjson.dumps(ratios)),
+            )
+            return ratios
+
+        if ratio is None:
+            return await self._run(keep)
+        return await self._run(functools.partial(_write, keep))
+
+    async def calibrations(self, tenant: str) -> dict[str, list[float]]:
+        """One read of the tenant's rows."""
+
+        def read(conn: sqlite3.Connection) -> dict[str, list[float]]:
+            rows = conn.execute(
+                "SELECT model, ratios FROM calibration WHERE tenant = ?", (tenant,)
+            ).fetchall()
+            return {model: orjson.loads(ratios) for model, ratios in rows}
+
+        return await self._run(read)
+
     async def purge_expired(self, now: float) -> int:
         """Delete expired records and their reports in one transaction; returns records deleted."""
 
@@ -495,12 +544,12 @@ def _connect_probe(path: str) -> sqlite3.Connection:
 
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables in a fresh file, add the tables a version 1 or 2 file lacks; refuse a
-    file written by a newer schema."""
+    """Create the tables in a fresh file, add the tables a version 1, 2 or 3 file lacks; refuse
+    a file written by a newer schema."""
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version == SCHEMA_VERSION:
         return
-    if version not in (0, 1, 2):
+    if version not in (0, 1, 2, 3):
         raise sqlite3.OperationalError(
             f"database schema version {version} is not {SCHEMA_VERSION}; refusing to touch it"
         )
@@ -509,6 +558,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
     conn.execute(_LATEST)
     conn.execute(_SECRETS)
+    conn.execute(_CALIBRATION)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 

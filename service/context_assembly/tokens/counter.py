@@ -259,14 +259,16 @@ class CachedCounter:
 
 
 class ScaledCounter:
-    """``inner``'s counts times ``scale`` (a fraction of at least 1), each rounded up: integer
-    arithmetic, so the same text always gets the same count. Never below ``inner``'s count."""
+    """``inner``'s counts times ``scale``, each rounded up: integer arithmetic, so the same text
+    always gets the same count. A scale of at least 1 is a model's ``estimate_scale`` (a
+    tokenizer that counts more); the estimate's calibration (``core/calibration.py``) multiplies
+    it by a bounded factor of at most 1, and only from the provider's own counts."""
 
     __slots__ = ("_den", "_inner", "_num", "_scale")
 
     def __init__(self, inner: TokenCounter, scale: Fraction) -> None:
-        if scale < 1:
-            raise ValueError(f"a scale below 1 would under-count, got {scale}")
+        if scale <= 0:
+            raise ValueError(f"a scale must be positive, got {scale}")
         self._inner = inner
         self._scale = scale
         self._num = scale.numerator

@@ -211,6 +211,8 @@ def usage_call(
     provider: Provider,
     usage: Mapping[str, Any],
     call: CallKind,
+    response_id: str | None = None,
+    diagnostics: Mapping[str, Any] | None = None,
 ) -> Call[UsageResponse]:
     """``POST /v1/preparations/{id}/usage``."""
     body = {
@@ -219,6 +221,10 @@ def usage_call(
         "call": call,
         "usage": to_jsonable(usage),
     }
+    if response_id is not None:
+        body["response_id"] = response_id
+    if diagnostics is not None:
+        body["diagnostics"] = to_jsonable(diagnostics)
     return Call(OPERATIONS["report_usage"], model_parser(UsageResponse), _id(preparation_id), body)
 
 

@@ -212,14 +212,21 @@ class Client(BaseClient[httpx.Client]):
         provider: Provider,
         usage: Mapping[str, Any],
         call: CallKind = "main",
+        response_id: str | None = None,
+        diagnostics: Mapping[str, Any] | None = None,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> UsageResponse:
         """Record the provider's usage object as received; the same ``report_id`` twice is one report.
 
         See :func:`usage_from_openai` and its siblings for ``provider`` and ``usage``.
+        ``response_id`` is the provider's id of the response and ``diagnostics`` its cache
+        diagnostics object, when it returned one; the service keeps both with the observation.
         """
         return self._run(
-            _base.usage_call(preparation_id, report_id, provider, usage, call), timeout
+            _base.usage_call(
+                preparation_id, report_id, provider, usage, call, response_id, diagnostics
+            ),
+            timeout,
         )
 
     def breakdown(
@@ -392,14 +399,21 @@ class AsyncClient(BaseClient[httpx.AsyncClient]):
         provider: Provider,
         usage: Mapping[str, Any],
         call: CallKind = "main",
+        response_id: str | None = None,
+        diagnostics: Mapping[str, Any] | None = None,
         timeout: Timeout | NotGiven = NOT_GIVEN,
     ) -> UsageResponse:
         """Record the provider's usage object as received; the same ``report_id`` twice is one report.
 
         See :func:`usage_from_openai` and its siblings for ``provider`` and ``usage``.
+        ``response_id`` is the provider's id of the response and ``diagnostics`` its cache
+        diagnostics object, when it returned one; the service keeps both with the observation.
         """
         return await self._run(
-            _base.usage_call(preparation_id, report_id, provider, usage, call), timeout
+            _base.usage_call(
+                preparation_id, report_id, provider, usage, call, response_id, diagnostics
+            ),
+            timeout,
         )
 
     async def breakdown(

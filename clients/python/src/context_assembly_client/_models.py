@@ -174,6 +174,10 @@ class BudgetReport(BaseModel):
     """
     The anchoring on the previous turn's usage report (only when `count_source` is `anchored`).
     """
+    calibration_factor: float | None = None
+    """
+    The factor the estimated counts were multiplied by (at most 1, at least 0.5), learnt from the provider's counts in this tenant's usage reports on the model; absent while there are too few reports, and for exact counts.
+    """
     capacity: int
     """
     The model's context window, in tokens.
@@ -182,9 +186,9 @@ class BudgetReport(BaseModel):
     """
     Where the window comes from: `host` or `provider` (the request's `max_context_tokens`), `registry` (the model registry) or `fallback` (128,000).
     """
-    count_source: Literal["exact", "anchored", "estimate"] | None = None
+    count_source: Literal["exact", "anchored", "calibrated", "estimate"] | None = None
     """
-    Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported.
+    Where `total_input_tokens` comes from: `exact` (the model's own tokenizer), `anchored` (the part repeating the previous turn counted with the provider's figure, the rest estimated), `calibrated` (the estimate times `calibration_factor`, learnt from this tenant's usage reports on the model) or `estimate` (the conservative estimator: at least the real count in practice). Absent in records stored before it was reported.
     """
     data_limit_tokens: int
     """
@@ -409,6 +413,62 @@ class ContributorRef(BaseModel):
     """
 
 
+class CostReport(BaseModel):
+    """
+    What one usage report cost at the model's price, per bucket and in total (USD, rounded
+    to 1e-9).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cache_read: float
+    """
+    Input tokens read from the cache.
+    """
+    cache_write: float
+    """
+    Input tokens written to the cache at the model's one write rate (OpenAI GPT-5.6 and later).
+    """
+    cache_write_1h: float
+    """
+    Input tokens written to the cache for 1 hour (Anthropic).
+    """
+    cache_write_5m: float
+    """
+    Input tokens written to the cache for 5 minutes (Anthropic).
+    """
+    currency: Literal["USD"]
+    """
+    Always `USD`.
+    """
+    long_context: bool
+    """
+    Whether the long-context rates applied.
+    """
+    output: float
+    """
+    Generated tokens, reasoning included.
+    """
+    price: str
+    """
+    The registry entry whose price applied.
+    """
+    price_source: Literal["shipped", "configured"]
+    """
+    Where that price comes from (`GET /v1/models` shows it).
+    """
+    total: float
+    """
+    The whole report.
+    """
+    uncached_input: float
+    """
+    Input tokens neither read from nor written to the cache.
+    """
+
+
 class FirstChange(BaseModel):
     """
     The first part of the prefix that differs from the previous turn's.
@@ -470,9 +530,9 @@ class ManifestWarning(BaseModel):
         extra="allow",
         frozen=True,
     )
-    code: Literal["unknown_model"]
+    code: Literal["unknown_model", "estimate_over_window"]
     """
-    `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback.
+    `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides.
     """
     detail: str
     """
@@ -480,95 +540,62 @@ class ManifestWarning(BaseModel):
     """
 
 
-class ModelInfo(BaseModel):
+class ModelCalibration(BaseModel):
     """
-    One model of the registry. A request's model resolves to the entry of that name or alias,
-    or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
-    any other name is unknown.
+    How the provider's counts in the tenant's usage reports have calibrated the estimate.
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
-    aliases: list[str]
+    factor: float | None
     """
-    Other names that resolve to this entry.
+    The factor estimated counts are multiplied by (between 0.5 and 1; `null` while fewer than 5 reports are kept).
     """
-    checked: str | None
+    reports: int
     """
-    The date (YYYY-MM-DD) the figures were read (`null`: a configured entry that names none).
-    """
-    context_window: int | None
-    """
-    Its context window, in tokens.
-    """
-    estimate_scale: float
-    """
-    The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens.
-    """
-    max_output_tokens: int | None
-    """
-    The most tokens it may answer.
-    """
-    min_cacheable_prefix: int | None
-    """
-    The shortest prefix the provider caches, in tokens (`null`: unknown or none).
-    """
-    name: str
-    """
-    The model's name.
-    """
-    provider: str
-    """
-    Its provider.
-    """
-    read_from: str | None
-    """
-    The page the figures were read from (`null`: a configured entry that names none).
-    """
-    reply_priming: int
-    """
-    The tokens that prime the reply, once per request.
-    """
-    source: Literal["shipped", "configured"]
-    """
-    `shipped`: the registry of the service's release. `configured`: a `[models."name"]` table of the configuration, which adds this entry or replaces the shipped one of the same name.
-    """
-    tokenizer: str
-    """
-    `o200k_base`, `cl100k_base`, or `estimate` (no public tokenizer: counts are conservative and not exact).
-    """
-    tokens_per_message: int
-    """
-    The framing tokens of each message.
-    """
-    tokens_per_name: int
-    """
-    The tokens a message's `name` adds.
-    """
-    tokens_per_tool: int
-    """
-    The framing tokens of each tool definition.
+    How many usage reports' ratios are kept (at most 50).
     """
 
 
-class ModelList(BaseModel):
+class ModelPriceTier(BaseModel):
     """
-    The model registry.
+    The rates of a whole request whose input exceeds `above_input_tokens` (the provider's
+    long-context price), in USD per million tokens.
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
-    fallback_context_window: int
+    above_input_tokens: int
     """
-    The window of a model the registry does not know, without `max_context_tokens`.
+    The input size above which the whole request takes these rates, in tokens (cache reads and writes included).
     """
-    models: list[ModelInfo]
+    cache_read: float | None
     """
-    Every model the registry knows.
+    Input read from the prompt cache, USD per million tokens (`null`: not published at this size).
+    """
+    cache_write: float | None
+    """
+    Input written to the prompt cache at the single write rate, USD per million tokens (`null`: not published at this size).
+    """
+    cache_write_1h: float | None
+    """
+    Input written to the cache for 1 hour, USD per million tokens (`null`: not published at this size).
+    """
+    cache_write_5m: float | None
+    """
+    Input written to the cache for 5 minutes, USD per million tokens (`null`: not published at this size).
+    """
+    input: float
+    """
+    Uncached input, USD per million tokens.
+    """
+    output: float
+    """
+    Output (reasoning included), USD per million tokens.
     """
 
 
@@ -686,6 +713,14 @@ class Observation(BaseModel):
     """
     The call it was for.
     """
+    cost: CostReport | None = None
+    """
+    What the call cost at the model's price (`null`: the model has no price, or the report's buckets cannot be priced; never a guess).
+    """
+    diagnostics: dict[str, Any] | None = None
+    """
+    The provider's cache diagnostics object the report carried (`null`: none).
+    """
     expected_cached_tokens: int | None = None
     """
     The cached input tokens the preparation's cache plan expects for this call (`null` for a repair call).
@@ -713,6 +748,10 @@ class Observation(BaseModel):
     report_id: str
     """
     The report's id.
+    """
+    response_id: str | None = None
+    """
+    The provider's response id the report named (`null`: none).
     """
 
 
@@ -1316,6 +1355,10 @@ class UsageRequest(BaseModel):
     """
     `main`: the call with the frame; `wrap_up`: a follow-up call with it; `repair`: the repair frame's call.
     """
+    diagnostics: dict[str, Any] | None = None
+    """
+    The provider's cache diagnostics object of that response, exactly as received (Anthropic's `diagnostics`, OpenAI's `prompt_cache_diagnostics`), kept with the observation; absent when the provider returned none.
+    """
     provider: Literal["openai", "anthropic", "google", "normalized"]
     """
     The shape of `usage`: `openai` (Chat or Responses), `anthropic`, `google`, or `normalized` (the four fields of an observation, by name).
@@ -1323,6 +1366,12 @@ class UsageRequest(BaseModel):
     report_id: Annotated[str, Field(max_length=256, min_length=1)]
     """
     Your id of the report (the provider's response id serves); the same id twice changes nothing.
+    """
+    response_id: (
+        Annotated[str, StringConstraints(min_length=1, max_length=256)] | None
+    ) = None
+    """
+    The provider's id of the response the usage came with (an OpenAI `chatcmpl-…` or `resp_…`, an Anthropic `msg_…`), kept with the observation; absent when the provider gave none.
     """
     usage: dict[str, Any]
     """
@@ -1537,6 +1586,63 @@ class Message(BaseModel):
     """
 
 
+class ModelPrice(BaseModel):
+    """
+    A model's price, in USD per million tokens at the provider's standard tier. A rate that is
+    `null` is one the provider publishes no price for: a usage report with tokens at it has no
+    cost, never one at another rate.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cache_read: float | None
+    """
+    Input read from the prompt cache (cache hits), USD per million tokens.
+    """
+    cache_storage_per_hour: float | None
+    """
+    Storage of an explicit context cache (Gemini), USD per million tokens per hour; not part of a call's cost.
+    """
+    cache_write: float | None
+    """
+    Input written to the prompt cache at the model's single write rate (OpenAI GPT-5.6 and later), USD per million tokens; `null` for earlier OpenAI models, whose writes are not billed apart.
+    """
+    cache_write_1h: float | None
+    """
+    Input written to the cache for 1 hour (Anthropic), USD per million tokens.
+    """
+    cache_write_5m: float | None
+    """
+    Input written to the cache for 5 minutes (Anthropic), USD per million tokens.
+    """
+    checked: str | None
+    """
+    The date (YYYY-MM-DD) the prices were read (`null`: a configured price that names none).
+    """
+    input: float
+    """
+    Uncached input, USD per million tokens.
+    """
+    long_context: ModelPriceTier | None
+    """
+    The rates of a request whose input exceeds a size (`null`: the same rates at every size).
+    """
+    output: float
+    """
+    Output (reasoning included), USD per million tokens.
+    """
+    read_from: str | None
+    """
+    The page the prices were read from (`null`: a configured price that names none).
+    """
+    source: Literal["shipped", "configured"]
+    """
+    `shipped`: the prices of the service's release. `configured`: a `[prices."name"]` table of the configuration, which adds this price or replaces the shipped one.
+    """
+
+
 class SelectionReport(BaseModel):
     """
     The manifest: one report per block and per source, and how the counts were made.
@@ -1608,7 +1714,7 @@ class SelectionReport(BaseModel):
     """
     warnings: Annotated[list[ManifestWarning], Field(validate_default=True)] = []
     """
-    What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry.
+    What the caller should know about how this frame was made (absent when there is nothing): `unknown_model` when the model is not in the registry, `estimate_over_window` when an estimated count is over the window but the provider's may not be.
     """
 
 
@@ -1724,6 +1830,106 @@ class Frame(BaseModel):
     """
 
 
+class ModelInfo(BaseModel):
+    """
+    One model of the registry. A request's model resolves to the entry of that name or alias,
+    or of which it is a dated snapshot (`-2025-08-07`, `-20250929`, `@20250929`, `-latest`);
+    any other name is unknown.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    aliases: list[str]
+    """
+    Other names that resolve to this entry.
+    """
+    calibration: ModelCalibration | None = None
+    """
+    The estimate's calibration for the caller's tenant (absent for exact tokenizers, and without a valid key when keys are required).
+    """
+    checked: str | None
+    """
+    The date (YYYY-MM-DD) the figures were read (`null`: a configured entry that names none).
+    """
+    context_window: int | None
+    """
+    Its context window, in tokens.
+    """
+    estimate_scale: float
+    """
+    The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens.
+    """
+    max_output_tokens: int | None
+    """
+    The most tokens it may answer.
+    """
+    min_cacheable_prefix: int | None
+    """
+    The shortest prefix the provider caches, in tokens (`null`: unknown or none).
+    """
+    name: str
+    """
+    The model's name.
+    """
+    price: ModelPrice | None
+    """
+    Its price and where it comes from (`null`: no price is known, and its usage reports have no cost).
+    """
+    provider: str
+    """
+    Its provider.
+    """
+    read_from: str | None
+    """
+    The page the figures were read from (`null`: a configured entry that names none).
+    """
+    reply_priming: int
+    """
+    The tokens that prime the reply, once per request.
+    """
+    source: Literal["shipped", "configured"]
+    """
+    `shipped`: the registry of the service's release. `configured`: a `[models."name"]` table of the configuration, which adds this entry or replaces the shipped one of the same name.
+    """
+    tokenizer: str
+    """
+    `o200k_base`, `cl100k_base`, or `estimate` (no public tokenizer: counts are conservative and not exact).
+    """
+    tokens_per_message: int
+    """
+    The framing tokens of each message.
+    """
+    tokens_per_name: int
+    """
+    The tokens a message's `name` adds.
+    """
+    tokens_per_tool: int
+    """
+    The framing tokens of each tool definition.
+    """
+
+
+class ModelList(BaseModel):
+    """
+    The model registry.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    fallback_context_window: int
+    """
+    The window of a model the registry does not know, without `max_context_tokens`.
+    """
+    models: list[ModelInfo]
+    """
+    Every model the registry knows.
+    """
+
+
 class PreparationView(BaseModel):
     """
     Everything stored about one preparation: never block texts, instructions, history or
@@ -1758,7 +1964,7 @@ class PreparationView(BaseModel):
     """
     The hash of the input messages.
     """
-    layout: Literal["legacy", "stable-prefix"]
+    layout: Literal["legacy", "stable-prefix", "transcript"]
     """
     The frame's layout.
     """

@@ -4,10 +4,11 @@
   (``pip install 'context-assembly-client[langchain]'``).
 - :mod:`.pydantic_ai`: ``ContextAssemblyCapability``, a Pydantic AI capability
   (``[pydantic-ai]``).
-- :mod:`.openai_agents`: ``ContextAssemblyInputFilter`` and ``ContextAssemblyHooks`` for the OpenAI
-  Agents SDK (``[openai-agents]``).
+- :mod:`.openai_agents`: ``ContextAssemblyInputFilter`` for the OpenAI Agents SDK, with its
+  ``Model`` wrapper ``ContextAssemblyModel`` (``[openai-agents]``).
 
 Each adapter is a thin mapping between its runtime's types and the service's neutral shape around
-the one loop in :mod:`.preparer` (request, prepare under a deadline, frame, background usage
-report, fail open). Import the runtime's module itself; this package imports no runtime.
+the one loop in :mod:`.preparer` (request for the runtime's model, prepare under a deadline,
+frame in the provider's terms, output limit, bounded background usage reports, fail open).
+Import the runtime's module itself; this package imports no runtime.
 """

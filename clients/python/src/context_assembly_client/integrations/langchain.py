@@ -5,41 +5,53 @@
     from context_assembly_client.integrations.langchain import ContextAssemblyMiddleware
 
     agent = create_agent(model, tools, middleware=[
-        ContextAssemblyMiddleware("http://127.0.0.1:8080", template={"model": "gpt-4o-mini"}),
+        ContextAssemblyMiddleware("http://127.0.0.1:8080", template={"plugins": [...]}),
     ])
 
 ``wrap_model_call`` / ``awrap_model_call`` see each model call of the agent (``invoke``,
-``ainvoke`` and the streaming paths alike) and run the loop of :mod:`.preparer`. This module only
+``ainvoke`` and the streaming paths alike), with the model the call goes to (``request.model``,
+after any middleware before it chose one), and run the loop of :mod:`.preparer`. This module only
 maps between LangChain's types and the neutral shape:
 
-- **In.** ``request.system_message`` is ``instructions``; ``SystemMessage`` / ``HumanMessage`` /
-  ``AIMessage`` / ``ToolMessage`` are system / user / assistant / tool (an ``AIMessage``'s
-  ``tool_calls`` its tool calls, with their ``args`` as the arguments object). Text blocks are
-  text parts; image blocks are ``image`` parts, file, audio, video and document blocks ``file``
-  parts; any other block (reasoning, thinking, provider items) is an ``opaque`` part counted by its
-  text, if it has one. A ``tool_use`` / ``tool_call`` block that repeats one of the message's
-  ``tool_calls`` is left to them. Tools are ``request.tools`` that
-  ``convert_to_openai_tool`` reads; other dict tools (a provider's built-in tools) are not sent and
-  keep their place after the others.
+- **In.** The model is ``request.model``'s name (``ChatOpenAI.model_name``,
+  ``ChatAnthropic.model``, else a ``model_name`` / ``model`` / ``model_id`` attribute), unless the
+  template names one; the default ``scope`` is the LangGraph thread (``{"task_id": thread_id}``,
+  when the agent runs with a checkpointer and a ``thread_id``). ``request.system_message`` is
+  ``instructions``; ``SystemMessage`` / ``HumanMessage`` / ``AIMessage`` / ``ToolMessage`` are
+  system / user / assistant / tool (an ``AIMessage``'s ``tool_calls`` its tool calls, with their
+  ``args`` as the arguments object). Text blocks are text parts; image blocks are ``image``
+  parts, file, audio, video and document blocks ``file`` parts; any other block (reasoning,
+  thinking, provider items) is an ``opaque`` part counted by its text, if it has one. A
+  ``tool_use`` / ``tool_call`` block that repeats one of the message's ``tool_calls`` is left to
+  them. Tools are ``request.tools`` that ``convert_to_openai_tool`` reads; other dict tools (a
+  provider's built-in tools) are not sent and keep their place after the others.
 - **Out.** The messages come back in frame order as the runtime's own objects; the service's
   leading system message becomes ``system_message`` (the original object when its text is
-  unchanged), and its developer (per-turn) and data messages become ``HumanMessage``s: several
-  chat integrations (Anthropic, Gemini) refuse or move a ``SystemMessage`` that is not the first.
-  Tools come back in frame order.
-- **Caches.** The plan's Anthropic markers become ``cache_control`` on the last content block of
-  the marked message (a string content becomes one text block), as ``langchain-anthropic`` reads
-  it, and ``extras["cache_control"]`` on the last tool when it is a ``BaseTool``. A message without
-  a block to mark (an ``AIMessage`` that only calls tools) is skipped and counted
-  (``stats.cache_markers_skipped``). ``prompt_cache_key`` and ``prompt_cache_retention`` go into
-  ``model_settings``, which the agent binds to the model as call arguments: ask for markers
-  (``cache.breakpoints``) with an Anthropic model and for a key or retention with an OpenAI one.
+  unchanged); its data messages become ``HumanMessage``s, and its per-turn developer messages
+  what the service's own render for the model's provider makes of them: a ``SystemMessage`` sent
+  with the ``developer`` role for the OpenAI classes (``BaseChatOpenAI``), a ``HumanMessage``
+  whose text starts with the line ``[developer instructions]`` for every other class (Anthropic
+  and Gemini refuse or move a system message after the first turn). Tools come back in frame
+  order. ``max_tokens`` in ``model_settings`` is the output limit the budget reserved, unless
+  the call's settings or the model already have a smaller one.
+- **Caches.** Only for ``ChatAnthropic`` (as ``AnthropicPromptCachingMiddleware`` checks): the
+  plan's markers become ``cache_control`` on the last content block of the marked message (a
+  string content becomes one text block), as ``langchain-anthropic`` reads it, and
+  ``extras["cache_control"]`` on the last tool when it is a ``BaseTool``. A marker without a
+  place (an ``AIMessage`` that only calls tools), and every marker for another class, is skipped
+  and counted (``stats.cache_markers_skipped``). Only for the OpenAI classes:
+  ``prompt_cache_key`` and ``prompt_cache_retention`` go into ``model_settings``, which the agent
+  binds to the model as call arguments.
 - **Usage.** The first ``AIMessage`` of the answer's ``usage_metadata`` is reported as
   ``provider="normalized"`` (``input_tokens`` already sums cached and cache-creation tokens), with
-  the message id as ``report_id``.
+  the message id as ``report_id``, the provider's response id (``response_metadata["id"]``) as
+  ``response_id`` and its cache diagnostics (``response_metadata["diagnostics"]`` or
+  ``["prompt_cache_diagnostics"]``) when there are some.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -80,6 +92,7 @@ _IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
 _FILE_BLOCKS = frozenset({"file", "document", "audio", "video", "text-plain", "input_file"})
 _CALL_BLOCKS = frozenset({"tool_use", "tool_call", "function_call"})
 _UNMARKABLE = frozenset({"thinking", "redacted_thinking", "reasoning"} | _CALL_BLOCKS)
+_MODEL_ATTRIBUTES = ("model_name", "model", "model_id")
 
 ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 MessageT = TypeVar("MessageT", bound=BaseMessage)
@@ -91,7 +104,8 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
     Args:
         client_or_base_url: the service's URL, or a ``Client`` / ``AsyncClient``.
         template: the prepare request without ``instructions``, ``history``, ``input`` and
-            ``tools`` (``model`` at least; ``render`` is always ``"neutral"``).
+            ``tools`` (``model`` overrides the model of the call; ``render`` is always
+            ``"neutral"``).
         contributions: ``contributions(state)`` (sync, or async for ``ainvoke``/``astream``)
             returns the inline sources, called with the agent's state before each model call.
         fail_open: when the service fails, let the model call go on unchanged (``False``: raise).
@@ -132,6 +146,9 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
         return response
 
     def _report(self, prepared: Prepared, response: ModelResult) -> None:
+        self.preparer.reporting(lambda: self._send_usage(prepared, response))
+
+    def _send_usage(self, prepared: Prepared, response: ModelResult) -> None:
         message = _answer(response)
         if message is None or not message.usage_metadata:
             return
@@ -143,8 +160,16 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
             cached_input_tokens=details.get("cache_read"),
             cache_creation_input_tokens=details.get("cache_creation"),
         )
+        metadata = message.response_metadata or {}
+        response_id = metadata.get("id")
+        diagnostics = metadata.get("diagnostics") or metadata.get("prompt_cache_diagnostics")
         self.preparer.report_usage(
-            prepared, provider="normalized", usage=usage, report_id=message.id
+            prepared,
+            provider="normalized",
+            usage=usage,
+            report_id=message.id,
+            response_id=response_id if isinstance(response_id, str) else None,
+            diagnostics=diagnostics if isinstance(diagnostics, Mapping) else None,
         )
 
 
@@ -161,7 +186,44 @@ def _call_of(request: ModelRequest[Any]) -> RuntimeCall:
         instructions=str(request.system_prompt or ""),
         messages=[Carried(_message(message), message) for message in request.messages],
         tools=tools,
+        model=model_name(request.model),
+        conversation=_thread(request),
     )
+
+
+def model_name(model: Any) -> str:
+    """The name of a LangChain chat model, as the service's registry knows it:
+    ``ChatOpenAI.model_name``, ``ChatAnthropic.model``, else the first string of ``model_name``,
+    ``model`` or ``model_id``; the class name when there is none."""
+    for attribute in _MODEL_ATTRIBUTES:
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def _thread(request: ModelRequest[Any]) -> str | None:
+    """The LangGraph thread of the run (with a checkpointer), else ``None``."""
+    info = getattr(request.runtime, "execution_info", None)
+    thread = getattr(info, "thread_id", None)
+    return thread if isinstance(thread, str) and thread else None
+
+
+def _instance_of(model: Any, module: str, name: str) -> bool:
+    """``isinstance(model, module.name)`` without importing ``module``: a model of that class
+    exists only once its module is imported."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(model, cls)
+
+
+def is_anthropic(model: Any) -> bool:
+    """Whether ``model`` is a ``ChatAnthropic`` (which reads ``cache_control``)."""
+    return _instance_of(model, "langchain_anthropic.chat_models", "ChatAnthropic")
+
+
+def is_openai(model: Any) -> bool:
+    """Whether ``model`` is one of the OpenAI classes (``ChatOpenAI``, ``AzureChatOpenAI``)."""
+    return _instance_of(model, "langchain_openai.chat_models.base", "BaseChatOpenAI")
 
 
 def _tool(tool: BaseTool | dict[str, Any]) -> dict[str, Any] | None:
@@ -241,6 +303,7 @@ def _opaque(kind: str, block: Mapping[str, Any]) -> dict[str, Any]:
 def _apply(
     request: ModelRequest[Any], prepared: Prepared, stats: AdapterStats
 ) -> ModelRequest[Any]:
+    openai, anthropic = is_openai(request.model), is_anthropic(request.model)
     system: SystemMessage | None = None
     by_index: dict[int, AnyMessage] = {}
     for item in prepared.messages:
@@ -248,13 +311,27 @@ def _apply(
             by_index[item.index] = item.origin
             continue
         text = item.neutral["content"]
-        if item.index == 0 and item.neutral["role"] == "system":
+        role = item.neutral["role"]
+        if item.index == 0 and role == "system":
             unchanged = request.system_message is not None and str(request.system_prompt) == text
             system = request.system_message if unchanged else SystemMessage(content=text)
-        else:  # the per-turn developer message and the data message
-            by_index[item.index] = HumanMessage(content=text)
+        else:
+            by_index[item.index] = _added(role, text, openai)
     tools = list(prepared.tools)
-    for point in prepared.breakpoints:
+    settings = dict(request.model_settings)
+    limit = prepared.limit_within(
+        settings.get("max_tokens"),
+        settings.get("max_completion_tokens"),
+        getattr(request.model, "max_tokens", None),
+    )
+    if limit is not None:
+        settings["max_tokens"] = limit
+    if openai:
+        if prepared.prompt_cache_key is not None:
+            settings["prompt_cache_key"] = prepared.prompt_cache_key
+        if prepared.prompt_cache_retention is not None:
+            settings["prompt_cache_retention"] = prepared.prompt_cache_retention
+    for point in prepared.breakpoints if anthropic else ():
         if point.message is None:
             marked_tool = _marked_tool(tools[-1], point.ttl) if tools else None
             if marked_tool is None:
@@ -272,19 +349,27 @@ def _apply(
             system = marked
         else:
             by_index[point.message] = marked
+    if not anthropic and prepared.breakpoints:
+        stats.add("cache_markers_skipped", len(prepared.breakpoints))
     sent = {id(tool) for tool in prepared.tools}
     kept = [tool for tool in request.tools if id(tool) not in sent]  # not sent: built-in tools
-    settings = dict(request.model_settings)
-    if prepared.prompt_cache_key is not None:
-        settings["prompt_cache_key"] = prepared.prompt_cache_key
-    if prepared.prompt_cache_retention is not None:
-        settings["prompt_cache_retention"] = prepared.prompt_cache_retention
     return request.override(
         system_message=system,
         messages=[by_index[index] for index in sorted(by_index)],
         tools=[*tools, *kept],
         model_settings=settings,
     )
+
+
+def _added(role: str, text: str, openai: bool) -> AnyMessage:
+    """A message the service added, after the leading one, in the model's provider's terms: a
+    data message is a user message; a per-turn developer message keeps its role for OpenAI and is
+    a user message opening with the service's marker line elsewhere, as the service's renders do."""
+    if role == "user":
+        return HumanMessage(content=text)
+    if openai:
+        return SystemMessage(content=text, additional_kwargs={"__openai_role__": "developer"})
+    return HumanMessage(content=f"[{role} instructions]\n{text}")
 
 
 def _marked(message: MessageT, ttl: str) -> MessageT | None:

@@ -1,53 +1,85 @@
-"""The OpenAI Agents SDK: a ``call_model_input_filter`` and run hooks for usage.
+"""The OpenAI Agents SDK: the model call itself, through a wrapping ``Model``.
 
 ::
 
     from context_assembly_client.integrations.openai_agents import ContextAssemblyInputFilter
 
-    ca = ContextAssemblyInputFilter("http://127.0.0.1:8080", template={"model": "gpt-4o-mini"})
-    result = await Runner.run(agent, "Inspect A42", run_config=RunConfig(call_model_input_filter=ca),
-                              hooks=ca.hooks)
+    ca = ContextAssemblyInputFilter("http://127.0.0.1:8080", template={"plugins": [...]})
+    result = await Runner.run(agent, "Inspect A42", run_config=ca.run_config())
 
-The filter runs right before each model call with the instructions and the input items, and
-returns the items and instructions to send; the hooks' ``on_llm_end`` gets the model's response
-and reports its usage. The two find each other through a context variable of the run's task, so
-one filter and its hooks serve concurrent runs. This module only maps between the SDK's input items
-and the neutral shape around the loop of :mod:`.preparer`:
+The SDK hands a model everything it sends: the instructions, the input items, the model
+settings, every tool the run assembled (function tools, MCP servers' tools, hosted tools) and the
+handoffs. So the adapter prepares each call inside a ``Model`` that wraps the one the run calls
+(:class:`ContextAssemblyModel`): for an agent whose model is a name, through the run's model
+provider (:meth:`ContextAssemblyInputFilter.model_provider`); for a ``Model`` object, by wrapping
+it (:meth:`ContextAssemblyInputFilter.model`). The adapter itself is the run's
+``call_model_input_filter``: it passes the input through unchanged and hands the run's context
+object to the wrapped model, for ``contributions``. :meth:`ContextAssemblyInputFilter.run_config`
+makes a ``RunConfig`` with both. This module only maps between the SDK's types and the neutral
+shape around the loop of :mod:`.preparer`:
 
-- **In.** ``instructions`` are ``instructions``. A message item (``user``, ``system``,
-  ``developer``, ``assistant``) is a message of that role (``input_text`` / ``output_text`` as
-  text, ``input_image`` as ``image``, ``input_file`` as ``file``, the rest ``opaque``); an
-  assistant message, the reasoning items and function calls that follow it form one assistant
-  message with tool calls; a ``function_call_output`` (and any other ``*_output`` item) is a tool
-  message. Other items (provider-run tool calls, references) join the assistant message as
-  ``opaque`` parts. The agent's function tools are sent as ``tools`` so that the budget counts
-  them.
+- **In.** The model is the name the provider was asked for, else the wrapped model's ``model``
+  (``OpenAIResponsesModel.model``, ``OpenAIChatCompletionsModel.model``), unless the template
+  names one; the default ``scope`` is the call's ``conversation_id``, else the run's
+  ``RunConfig.group_id`` when the run is traced (the SDK's id of a chat thread), as
+  ``{"task_id": ...}``. ``instructions`` are the system instructions. A message item (``user``,
+  ``system``, ``developer``, ``assistant``) is a message of that role (``input_text`` /
+  ``output_text`` as text, ``input_image`` as ``image``, ``input_file`` as ``file``, the rest
+  ``opaque``); an assistant message, the reasoning items and function calls that follow it form
+  one assistant message with tool calls; a ``function_call_output`` (and any other ``*_output``
+  item) is a tool message. Other items (provider-run tool calls, references) join the assistant
+  message as ``opaque`` parts. ``tools`` are the call's tools (a function tool with its schema,
+  an MCP tool as the function tool the SDK made of it, a hosted tool by name) and its handoffs
+  (their tool name, description and input schema), as the SDK sends them.
 - **Out.** The items come back in frame order as the original item objects; the service's leading
-  system message becomes ``instructions`` (unchanged when its text is), its developer (per-turn)
-  message a ``developer`` message item (the Responses API takes the role; the SDK's Chat
-  Completions path sends it as such too) and its data message a ``user`` message item.
-- **Not changeable here.** The filter can only change the items and the instructions: the tools
-  keep the SDK's order, and there is no per-call channel for provider options, so the plan's
-  Anthropic markers are not placed (counted in ``stats.cache_markers_skipped``) and
-  ``prompt_cache_key`` / ``prompt_cache_retention`` are left to the application's
-  ``ModelSettings`` (``prompt_cache_retention``, and ``extra_args={"prompt_cache_key": ...}``).
-  With ``previous_response_id`` or ``conversation_id`` the provider holds the conversation and
-  keeps what is sent, data message included: use the filter without them.
+  system message becomes the instructions (unchanged when its text is), its data messages
+  ``user`` items, and its per-turn developer messages what the service's own render for the
+  model's provider makes of them: ``developer`` items for the OpenAI models
+  (``OpenAIResponsesModel``, ``OpenAIChatCompletionsModel``), ``user`` items whose text starts
+  with the line ``[developer instructions]`` for any other. The tools and the handoffs each come
+  back in frame order. ``ModelSettings.max_tokens`` is the output limit the budget reserved,
+  unless the settings have a smaller one.
+- **Caches.** Only for the OpenAI models: ``prompt_cache_key`` goes into
+  ``ModelSettings.extra_args`` and ``prompt_cache_retention`` into
+  ``ModelSettings.prompt_cache_retention``. The SDK's items have no place for Anthropic markers:
+  they are skipped and counted (``stats.cache_markers_skipped``). With ``previous_response_id``
+  or ``conversation_id`` the provider holds the conversation and keeps what is sent, data message
+  included: run without them.
 - **Usage.** The response's ``usage`` is reported as ``provider="normalized"`` (OpenAI's input
-  tokens include the cached ones), with the response id as ``report_id``.
+  tokens include the cached ones), with the response id as ``report_id`` and ``response_id``
+  and, on a stream, the response's ``prompt_cache_diagnostics`` when it has them.
 
-``contributions`` is called with the run's context object.
+``contributions`` is called with the run's context object (``None`` when the run has no filter).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from agents import Agent, FunctionTool, ModelResponse, RunContextWrapper, RunHooks
+from agents import (
+    FunctionTool,
+    Handoff,
+    Model,
+    ModelProvider,
+    ModelResponse,
+    ModelSettings,
+    ModelTracing,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    RunConfig,
+    Tool,
+)
+from agents.agent_output import AgentOutputSchemaBase
+from agents.items import TResponseInputItem, TResponseStreamEvent
+from agents.models.multi_provider import MultiProvider
 from agents.run_config import CallModelData, ModelInputData
+from agents.tracing import get_current_trace
+from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from context_assembly_client import AsyncClient, Client
 from context_assembly_client.integrations.preparer import (
@@ -62,17 +94,22 @@ from context_assembly_client.integrations.preparer import (
 )
 from context_assembly_client.types import PrepareResponse
 
-__all__ = ["ContextAssemblyHooks", "ContextAssemblyInputFilter"]
+__all__ = ["ContextAssemblyInputFilter", "ContextAssemblyModel", "ContextAssemblyModelProvider"]
+
+logger = logging.getLogger("context_assembly_client.integrations")
 
 _MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_OPENAI_MODELS = (OpenAIResponsesModel, OpenAIChatCompletionsModel)
 
 
 @dataclass
 class _Slot:
-    """The preparation of the model call under way in one run's task, taken by ``on_llm_end``."""
+    """The run's context object for the model call under way in one run's task, handed from the
+    filter to the wrapped model (``used`` once the model prepared with it)."""
 
-    prepared: Prepared | None = None
+    context: Any
+    used: bool = False
 
 
 _current: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
@@ -80,16 +117,29 @@ _current: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
 )
 
 
-class ContextAssemblyInputFilter(PreparerAdapter):
-    """A ``RunConfig.call_model_input_filter`` that prepares each model call with the service.
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """What the SDK hands a model, as far as the adapter changes it."""
 
-    Pass :attr:`hooks` (or a :class:`ContextAssemblyHooks` of this filter) as the run's hooks for
-    the usage reports.
+    instructions: str | None
+    input: list[TResponseInputItem]
+    settings: ModelSettings
+    tools: list[Tool]
+    handoffs: list[Handoff[Any, Any]]
+
+
+class ContextAssemblyInputFilter(PreparerAdapter):
+    """Prepares each model call of OpenAI Agents SDK runs with the context-assembly service.
+
+    Use :meth:`run_config` (or pass the adapter as ``RunConfig.call_model_input_filter`` and
+    :meth:`model_provider` as its ``model_provider``), and wrap with :meth:`model` every
+    ``Model`` object an agent or the run config names.
 
     Args:
         client_or_base_url: the service's URL, or a ``Client`` / ``AsyncClient``.
         template: the prepare request without ``instructions``, ``history``, ``input`` and
-            ``tools`` (``model`` at least; ``render`` is always ``"neutral"``).
+            ``tools`` (``model`` overrides the model of the call; ``render`` is always
+            ``"neutral"``).
         contributions: ``contributions(context)`` (sync or async) returns the inline sources,
             called with the run's context object before each model call.
         fail_open: when the service fails, let the call go on unchanged (``False``: raise).
@@ -119,62 +169,236 @@ class ContextAssemblyInputFilter(PreparerAdapter):
             api_key=api_key,
             on_prepared=on_prepared,
         )
-        self.hooks = ContextAssemblyHooks(self)
+        self._warned_unwrapped = False
 
-    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        slot = _Slot()
-        _current.set(slot)
-        original = data.model_data
-        outcome = await self.preparer.arun(
-            lambda: _call_of(original, data.agent),
-            data.context,
-            lambda prepared: _apply(original, prepared, self.stats),
+    # ------------------------------------------------------------------ installing
+
+    def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+        """``RunConfig.call_model_input_filter``: hands the run's context object to the wrapped
+        model of this call; the input goes on unchanged."""
+        previous = _current.get()
+        if previous is not None and not previous.used and not self._warned_unwrapped:
+            self._warned_unwrapped = True
+            logger.warning(
+                "context-assembly: a model call of this run was not prepared: wrap the run's "
+                "models (ContextAssemblyInputFilter.run_config, .model_provider or .model)"
+            )
+        _current.set(_Slot(data.context))
+        return data.model_data
+
+    def model(self, model: Model, *, name: str | None = None) -> ContextAssemblyModel:
+        """``model``, prepared by this adapter on every call (``name``: the model's name for the
+        service, when the model does not say)."""
+        if isinstance(model, ContextAssemblyModel):
+            return model
+        return ContextAssemblyModel(model, self, name=name)
+
+    def model_provider(self, provider: ModelProvider | None = None) -> ContextAssemblyModelProvider:
+        """A model provider whose models (those of agents that name theirs) are prepared by this
+        adapter; ``provider`` (default: the SDK's ``MultiProvider``) makes them."""
+        return ContextAssemblyModelProvider(self, provider or MultiProvider())
+
+    def run_config(self, **options: Any) -> RunConfig:
+        """A ``RunConfig`` of ``options`` with this adapter as its input filter, its model
+        provider wrapped and a ``Model`` given as ``model`` wrapped."""
+        model = options.pop("model", None)
+        if isinstance(model, Model):
+            model = self.model(model)
+        provider = self.model_provider(options.pop("model_provider", None))
+        return RunConfig(
+            model=model, model_provider=provider, call_model_input_filter=self, **options
         )
-        if outcome is None:
-            return original
-        filtered, slot.prepared = outcome
-        return filtered
 
-    def report(self, response: ModelResponse) -> None:
-        """Report ``response``'s usage for the call this run's filter prepared (in the background)."""
-        slot = _current.get()
-        prepared = slot.prepared if slot is not None else None
-        if slot is None or prepared is None:
-            return
-        slot.prepared = None
-        usage = response.usage
-        details = usage.input_tokens_details
+    # ------------------------------------------------------------------ usage
+
+    def _send_usage(
+        self,
+        prepared: Prepared,
+        usage: Any,
+        response_id: str | None,
+        diagnostics: Mapping[str, Any] | None = None,
+    ) -> None:
+        details = getattr(usage, "input_tokens_details", None)
         self.preparer.report_usage(
             prepared,
             provider="normalized",
             usage=normalized_usage(
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
+                input_tokens=getattr(usage, "input_tokens", None),
+                output_tokens=getattr(usage, "output_tokens", None),
                 cached_input_tokens=getattr(details, "cached_tokens", None),
             ),
-            report_id=response.response_id,
+            report_id=response_id,
+            response_id=response_id,
+            diagnostics=diagnostics,
         )
 
 
-class ContextAssemblyHooks(RunHooks[Any]):
-    """Run hooks that report each model call's usage for ``input_filter``'s preparation.
+class ContextAssemblyModel(Model):
+    """A ``Model`` that prepares each call with the service, then calls the model it wraps.
 
-    Subclass it to add hooks of your own (call ``super().on_llm_end(...)``).
-    """
+    Everything else (closing, retry advice, the wrapped model's own attributes) is the wrapped
+    model's."""
 
-    def __init__(self, input_filter: ContextAssemblyInputFilter) -> None:
-        self.input_filter = input_filter
-
-    async def on_llm_end(
-        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    def __init__(
+        self, wrapped: Model, adapter: ContextAssemblyInputFilter, *, name: str | None = None
     ) -> None:
-        self.input_filter.report(response)
+        self.wrapped = wrapped
+        self.adapter = adapter
+        self.name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.wrapped, attribute)
+
+    async def close(self) -> None:
+        await self.wrapped.close()
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        await self.wrapped._cleanup_on_run_end(owner)
+
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.wrapped.get_retry_advice(request)
+
+    async def _prepare(
+        self, call: _Call, conversation_id: str | None
+    ) -> tuple[_Call, Prepared] | None:
+        slot = _current.get()
+        if slot is not None:
+            slot.used = True
+        openai = isinstance(self.wrapped, _OPENAI_MODELS)
+        return await self.adapter.preparer.arun(
+            lambda: _call_of(call, model_name(self.wrapped, self.name), _thread(conversation_id)),
+            slot.context if slot is not None else None,
+            lambda prepared: _apply(call, prepared, self.adapter.stats, openai),
+        )
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff[Any, Any]],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        call = _Call(system_instructions, _items(input), model_settings, tools, handoffs)
+        outcome = await self._prepare(call, conversation_id)
+        sent = call if outcome is None else outcome[0]
+        response = await self.wrapped.get_response(
+            sent.instructions,
+            input if outcome is None else sent.input,
+            sent.settings,
+            sent.tools,
+            output_schema,
+            sent.handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        if outcome is not None:
+            prepared = outcome[1]
+            self.adapter.preparer.reporting(
+                lambda: self.adapter._send_usage(prepared, response.usage, response.response_id)
+            )
+        return response
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff[Any, Any]],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        call = _Call(system_instructions, _items(input), model_settings, tools, handoffs)
+        outcome = await self._prepare(call, conversation_id)
+        sent = call if outcome is None else outcome[0]
+        stream = self.wrapped.stream_response(
+            sent.instructions,
+            input if outcome is None else sent.input,
+            sent.settings,
+            sent.tools,
+            output_schema,
+            sent.handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        async for event in stream:
+            if outcome is not None and getattr(event, "type", None) == "response.completed":
+                self.adapter.preparer.reporting(partial(self._report_stream, outcome[1], event))
+            yield event
+
+    def _report_stream(self, prepared: Prepared, event: Any) -> None:
+        response = event.response
+        if response.usage is None:
+            return
+        diagnostics = getattr(response, "prompt_cache_diagnostics", None)
+        dump = getattr(diagnostics, "model_dump", None)
+        self.adapter._send_usage(
+            prepared,
+            response.usage,
+            response.id,
+            dump(mode="json", exclude_none=True) if dump is not None else None,
+        )
 
 
-# --------------------------------------------------------------------------- items -> neutral
+class ContextAssemblyModelProvider(ModelProvider):
+    """A ``ModelProvider`` whose models are :class:`ContextAssemblyModel`\\ s of ``provider``'s."""
+
+    def __init__(self, adapter: ContextAssemblyInputFilter, provider: ModelProvider) -> None:
+        self.adapter = adapter
+        self.provider = provider
+
+    def get_model(self, model_name: str | None) -> Model:
+        return self.adapter.model(self.provider.get_model(model_name), name=model_name)
+
+    async def aclose(self) -> None:
+        await self.provider.aclose()
 
 
-def _call_of(data: ModelInputData, agent: Agent[Any]) -> RuntimeCall:
+def model_name(model: Model, name: str | None = None) -> str:
+    """The model's name for the service: the name it was asked for by, else its ``model`` (the
+    OpenAI models) or ``model_name`` string, else its class name."""
+    if name:
+        return name
+    for attribute in ("model", "model_name"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def _thread(conversation_id: str | None) -> str | None:
+    """The call's conversation, else the traced run's group id (the SDK's chat thread id)."""
+    if conversation_id:
+        return conversation_id
+    group = getattr(get_current_trace(), "group_id", None)
+    return group if isinstance(group, str) and group else None
+
+
+def _items(input: str | list[TResponseInputItem]) -> list[TResponseInputItem]:
+    if isinstance(input, str):
+        return [{"role": "user", "content": input}]
+    return list(input)
+
+
+# --------------------------------------------------------------------------- call -> neutral
+
+
+def _call_of(call: _Call, model: str, conversation: str | None) -> RuntimeCall:
     messages: list[Carried] = []
     group: tuple[dict[str, Any], list[Any]] | None = None  # the open assistant message
 
@@ -191,7 +415,7 @@ def _call_of(data: ModelInputData, agent: Agent[Any]) -> RuntimeCall:
         group[1].append(item)
         return group[0]
 
-    for item in data.input:
+    for item in call.input:
         kind = _get(item, "type")
         role = _get(item, "role")
         if role in _MESSAGE_ROLES and kind in (None, "message"):
@@ -229,19 +453,34 @@ def _call_of(data: ModelInputData, agent: Agent[Any]) -> RuntimeCall:
         else:
             assistant(item)["content"].append({"type": "opaque", "kind": str(kind)})
     close()
-    tools = [
-        Carried(
-            {
-                "name": tool.name,
-                "description": tool.description or "",
-                "parameters": tool.params_json_schema,
-            },
-            tool,
-        )
-        for tool in agent.tools
-        if isinstance(tool, FunctionTool)
-    ]
-    return RuntimeCall(data.instructions or "", messages, tools)
+    tools: list[Carried] = []
+    names: set[str] = set()
+    for tool in call.tools:
+        neutral = _tool(tool)
+        if neutral["name"] not in names:
+            names.add(neutral["name"])
+            tools.append(Carried(neutral, tool))
+    for handoff in call.handoffs:
+        if handoff.tool_name not in names:
+            names.add(handoff.tool_name)
+            neutral = {
+                "name": handoff.tool_name,
+                "description": handoff.tool_description or "",
+                "parameters": handoff.input_json_schema or {},
+            }
+            tools.append(Carried(neutral, handoff))
+    return RuntimeCall(call.instructions or "", messages, tools, model, conversation)
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    """A function tool (an MCP server's tool included) with its schema; a hosted tool by name."""
+    if isinstance(tool, FunctionTool):
+        return {
+            "name": tool.name,
+            "description": tool.description or "",
+            "parameters": tool.params_json_schema,
+        }
+    return {"name": str(getattr(tool, "name", None) or type(tool).__name__)}
 
 
 def _get(item: Any, key: str) -> Any:
@@ -275,11 +514,11 @@ def _parts(content: Any) -> list[dict[str, Any]]:
     return parts
 
 
-# --------------------------------------------------------------------------- frame -> items
+# --------------------------------------------------------------------------- frame -> call
 
 
-def _apply(original: ModelInputData, prepared: Prepared, stats: AdapterStats) -> ModelInputData:
-    instructions = original.instructions
+def _apply(call: _Call, prepared: Prepared, stats: AdapterStats, openai: bool) -> _Call:
+    instructions = call.instructions
     items: list[Any] = []
     for message in prepared.messages:
         if message.origin is not None:
@@ -287,9 +526,27 @@ def _apply(original: ModelInputData, prepared: Prepared, stats: AdapterStats) ->
             continue
         role, text = message.neutral["role"], message.neutral["content"]
         if message.index == 0 and role == "system":
-            instructions = original.instructions if text == (original.instructions or "") else text
-        else:
+            instructions = call.instructions if text == (call.instructions or "") else text
+        elif role == "user" or openai:
             items.append({"role": role, "content": text})
+        else:  # no developer role outside OpenAI: a user turn with the renders' marker line
+            items.append({"role": "user", "content": f"[{role} instructions]\n{text}"})
     if prepared.breakpoints:
         stats.add("cache_markers_skipped", len(prepared.breakpoints))
-    return ModelInputData(input=items, instructions=instructions or None)
+    changes: dict[str, Any] = {}
+    limit = prepared.limit_within(call.settings.max_tokens)
+    if limit is not None:
+        changes["max_tokens"] = limit
+    if openai and prepared.prompt_cache_key is not None:
+        changes["extra_args"] = {"prompt_cache_key": prepared.prompt_cache_key}
+    if openai and prepared.prompt_cache_retention is not None:
+        changes["prompt_cache_retention"] = prepared.prompt_cache_retention
+    tools = [tool for tool in prepared.tools if not isinstance(tool, Handoff)]
+    handoffs = [tool for tool in prepared.tools if isinstance(tool, Handoff)]
+    return _Call(
+        instructions or None,
+        items,
+        call.settings.resolve(changes) if changes else call.settings,
+        tools,
+        handoffs,
+    )

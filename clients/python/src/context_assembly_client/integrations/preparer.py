@@ -8,58 +8,75 @@ types and the service's neutral shape; everything else happens here:
    ``tools``, and the messages are split into ``history`` and ``input`` by :func:`split_turn`:
    ``input`` is the latest user turn (the run of consecutive user messages that holds the last
    one) and every message after it, tool calls and their results included; ``history`` is
-   everything before it. The split never falls between a tool call and its results, because the
-   service puts its own messages (the per-turn developer message, the data message) between
-   history and input, and providers refuse anything between an assistant's tool calls and their
-   results. A call without any user message is all ``input``. The rest of the
-   request (model, budgets, plugins, registered contributors, ``assembly``, ``cache``, ``scope``)
-   is the application's ``template``; inline blocks come from its ``contributions`` callable,
-   after the template's own. ``render`` is always ``"neutral"``.
+   everything before it. A call without any user message is all ``input``. The rest of the
+   request (budgets, plugins, registered contributors, ``assembly``, ``cache``, ``scope``) is the
+   application's ``template``; inline blocks come from its ``contributions`` callable, after the
+   template's own. ``render`` is always ``"neutral"``. ``model`` is the model the runtime is
+   about to call (:attr:`RuntimeCall.model`, the runtime's name for it) unless the template names
+   one (or ``models``); ``assembly.layout`` is ``"transcript"`` unless the template names one;
+   ``scope`` is ``{"task_id": <the runtime's conversation id>}`` when the template has none and
+   the runtime offers one (:attr:`RuntimeCall.conversation`).
 2. **Prepare** with the public client API (:meth:`Client.prepare` / :meth:`AsyncClient.prepare`)
    under the adapter's deadline (``timeout`` seconds: the whole call on the async path, each phase
    of it on the sync path, where nothing can interrupt a blocking read).
 3. **The frame, aligned** (:func:`align`): each frame message is matched, in order, with the
    neutral message the adapter sent, so that the runtime gets its own objects back (images,
    files, reasoning blocks, ids and metadata included); the messages the service added (leading
-   system message, per-turn developer message, data message) are marked as such for the adapter
-   to build in its runtime's types. The history the service dropped under ``history_policy:
-   drop_oldest`` is the only thing missing, as ``budget.history_dropped_messages`` says. Tools come
-   back as the runtime's tool objects in frame order, and the cache plan of ``selection.cache`` as
-   :class:`Breakpoint` values and the OpenAI ``prompt_cache_key`` / ``prompt_cache_retention``.
-4. **Usage** (:meth:`Preparer.report_usage`) goes to the service from one background thread with
-   the sync client: it never delays or fails the agent's answer, outlives the event loop of an
-   ``asyncio.run``, and a failed report is logged and counted
-   (``stats.usage_report_failures``). :meth:`Preparer.flush` waits for the reports under way.
+   system message, per-turn developer messages, data messages, earlier turns' ones included in a
+   ``transcript``) are marked as such for the adapter to build in its runtime's types. The
+   history the service dropped under ``history_policy: drop_oldest`` is the only thing missing,
+   as ``budget.history_dropped_messages`` says. Tools come back as the runtime's tool objects in
+   frame order, the cache plan of ``selection.cache`` as :class:`Breakpoint` values and the
+   OpenAI ``prompt_cache_key`` / ``prompt_cache_retention``, and the output limit the budget
+   reserved (``response_reserve`` plus ``reasoning_reserve_tokens``, at most the model's maximum
+   output of ``GET /v1/models``) as :attr:`Prepared.output_limit`.
+4. **Usage** (:meth:`Preparer.report_usage`) goes to the service from one daemon thread with a
+   client of its own (``REPORT_TIMEOUT`` seconds per phase, no retry), out of a queue of at most
+   ``REPORT_QUEUE`` reports (a full queue drops its oldest report, counted in
+   ``stats.usage_reports_dropped``): it never delays or fails the agent's answer and never keeps
+   the process alive. :meth:`Preparer.flush` waits for the queue; :meth:`Preparer.close` waits at
+   most ``CLOSE_WAIT`` seconds, and the interpreter's exit at most ``EXIT_WAIT`` seconds. A failed
+   report is logged and counted (``stats.usage_report_failures``).
 5. **Fail open.** The service unreachable, slower than the deadline or answering 5xx, an answer
    that does not fit what was sent, or a failure of the mapping itself: one warning is logged and
    the adapter lets the runtime's original request go through (``stats.failed_open``), unless
-   ``fail_open=False``, which raises instead. A 4xx answer always raises: the template or the
+   ``fail_open=False``, which raises instead. A failure of the mapping (an exception of the
+   adapter's own code, or a frame that does not match what was sent) is also counted in
+   ``stats.mapping_errors`` and its warning names where it happened (module, line and function
+   of each frame of the traceback). A 4xx answer always raises: the template or the
    contributions are wrong, which is the application's to fix. Errors raised by the application's
    own ``contributions`` callable are never caught.
 
-Logs carry ids, counts, statuses and error classes, never texts.
+Logs carry ids, counts, statuses, error classes and code locations, never texts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import logging
 import threading
+import time
+import traceback
 import uuid
+import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 import anyio
 
 from context_assembly_client import APIStatusError, AsyncClient, Client, ContextAssemblyError
-from context_assembly_client.types import PrepareResponse, Provider
+from context_assembly_client.types import ModelList, PrepareResponse, Provider
 
 __all__ = [
+    "CLOSE_WAIT",
     "DEFAULT_DEADLINE",
+    "EXIT_WAIT",
+    "REPORT_QUEUE",
+    "REPORT_TIMEOUT",
     "AdapterStats",
     "Breakpoint",
     "Carried",
@@ -84,6 +101,24 @@ DEFAULT_DEADLINE: Final = 2.0
 """Seconds an adapter waits for a prepare before the model call goes on without it. The service's
 own contributor deadline (``assembly.timeout_ms``) defaults to one second; the rest is selection,
 storage and the network."""
+
+REPORT_TIMEOUT: Final = 2.0
+"""Seconds a usage report may take per phase (connect, send, read); reports are not retried."""
+
+REPORT_QUEUE: Final = 256
+"""Usage reports waiting to be sent, at most; a full queue drops its oldest one (counted)."""
+
+CLOSE_WAIT: Final = 5.0
+"""Seconds :meth:`Preparer.close` waits for the queued reports before dropping the rest."""
+
+EXIT_WAIT: Final = 2.0
+"""Seconds the interpreter's exit waits for the queued reports of every adapter."""
+
+_IDLE: Final = 30.0
+"""Seconds the report thread waits for a report before it ends (a later report starts another)."""
+
+DEFAULT_LAYOUT: Final = "transcript"
+"""The layout an adapter asks for when the template's ``assembly`` names none."""
 
 RESERVED_KEYS: Final = frozenset({"instructions", "history", "input", "tools"})
 """Request fields the adapter fills from the runtime's call; a template must not set them."""
@@ -117,11 +152,17 @@ class Carried:
 
 @dataclass(frozen=True, slots=True)
 class RuntimeCall:
-    """A runtime's model call in the service's neutral shape."""
+    """A runtime's model call in the service's neutral shape.
+
+    ``model`` is the runtime's name of the model it is about to call (the request's ``model``
+    unless the template names one); ``conversation`` the runtime's id of the conversation, thread
+    or run, when it offers one (the default ``scope``)."""
 
     instructions: str
     messages: Sequence[Carried]
     tools: Sequence[Carried] = ()
+    model: str | None = None
+    conversation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +195,24 @@ class Prepared:
     breakpoints: Sequence[Breakpoint] = ()
     prompt_cache_key: str | None = None
     prompt_cache_retention: str | None = None
+    output_limit: int | None = None
+    """The call's output limit: the budget's ``response_reserve`` plus its
+    ``reasoning_reserve_tokens``, at most the model's maximum output (``None``: no reserve)."""
 
     @property
     def preparation_id(self) -> str:
         return self.response.preparation_id
+
+    def limit_within(self, *current: Any) -> int | None:
+        """The output limit to set: :attr:`output_limit`, unless one of the ``current`` limits
+        (the application's own settings, ``None`` when unset) is smaller; ``None`` when there is
+        nothing to change."""
+        if self.output_limit is None:
+            return None
+        set_already = [value for value in current if isinstance(value, int) and value > 0]
+        if set_already and min(set_already) <= self.output_limit:
+            return None
+        return self.output_limit
 
 
 @dataclass
@@ -172,8 +227,14 @@ class AdapterStats:
     """Usage reports the service accepted."""
     usage_report_failures: int = 0
     """Usage reports that failed (logged, never raised)."""
+    usage_reports_dropped: int = 0
+    """Usage reports never sent: dropped from a full queue, or left when the adapter closed."""
     cache_markers_skipped: int = 0
-    """Anthropic markers of a plan that the runtime's types had no place for."""
+    """Anthropic markers of a plan that the runtime's types, or the model's class, had no place
+    for."""
+    mapping_errors: int = 0
+    """Failures of the adapter's own mapping (logged with where they happened; the call went on
+    unchanged, or its usage was not reported)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, count: int = 1) -> None:
@@ -286,6 +347,144 @@ def _cache_plan(
     return breakpoints, key, retention
 
 
+def _reserve(response: PrepareResponse) -> int | None:
+    budget = response.budget
+    reserve = budget.response_reserve + budget.reasoning_reserve_tokens
+    return reserve if reserve > 0 else None
+
+
+def where(err: BaseException, limit: int = 8) -> str:
+    """Where ``err`` was raised: the innermost ``limit`` frames of its traceback as
+    ``module:line function``, innermost last; never the exception's message."""
+    frames = [
+        f"{frame.f_globals.get('__name__', '?')}:{line} {frame.f_code.co_name}"
+        for frame, line in traceback.walk_tb(err.__traceback__)
+    ]
+    return " < ".join(reversed(frames[-limit:])) or "no traceback"
+
+
+def is_mapping_bug(err: BaseException) -> bool:
+    """An error of the adapter's own mapping, not of the service or the network: a frame that does
+    not match what was sent (:class:`IntegrationError`), or any exception that is neither a client
+    error nor the deadline."""
+    if isinstance(err, IntegrationError):
+        return True
+    return not isinstance(err, ContextAssemblyError | TimeoutError)
+
+
+# --------------------------------------------------------------------------- usage reports
+
+
+@dataclass(frozen=True, slots=True)
+class _Report:
+    preparation_id: str
+    report_id: str
+    provider: Provider
+    usage: dict[str, Any]
+    response_id: str | None
+    diagnostics: dict[str, Any] | None
+
+
+class _ReportQueue:
+    """A bounded queue of usage reports and the one daemon thread that sends them.
+
+    The thread is a daemon: it never keeps the process alive. ``put`` drops the oldest queued
+    report when the queue is full; ``close`` waits a bounded time, then drops what is left; the
+    interpreter's exit waits at most ``EXIT_WAIT`` seconds for every open queue
+    (:func:`_drain_at_exit`)."""
+
+    def __init__(
+        self, send: Callable[[_Report], None], drop: Callable[[int], None], limit: int
+    ) -> None:
+        self._send = send
+        self._drop = drop
+        self._limit = limit
+        self._queue: deque[_Report] = deque()
+        self._cond = threading.Condition()
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, report: _Report) -> None:
+        dropped = 0
+        with self._cond:
+            while len(self._queue) >= self._limit:
+                self._queue.popleft()
+                dropped += 1
+            self._queue.append(report)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="context-assembly-usage", daemon=True
+                )
+                self._thread.start()
+                _OPEN_QUEUES.add(self)
+            self._cond.notify_all()
+        if dropped:
+            self._drop(dropped)
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                if not self._queue and self._thread is me:
+                    self._cond.wait(_IDLE)
+                if self._thread is not me:  # closed: the queue was dropped
+                    return
+                if not self._queue:  # idle: the thread ends, and a later put starts another
+                    self._thread = None
+                    _OPEN_QUEUES.discard(self)
+                    return
+                report = self._queue.popleft()
+                self._busy = True
+            try:
+                self._send(report)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._queue) + int(self._busy)
+
+    def wait(self, timeout: float | None) -> bool:
+        """Wait until every queued report is sent (or failed); ``False`` at ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def close(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` for the queue, then drop what is left and stop the thread (a
+        report under way finishes on its own, within its timeout). A later ``put`` starts over."""
+        done = self.wait(timeout)
+        with self._cond:
+            left = len(self._queue)
+            self._queue.clear()
+            self._thread = None
+            self._cond.notify_all()
+        _OPEN_QUEUES.discard(self)
+        if left:
+            self._drop(left)
+        return done
+
+
+_OPEN_QUEUES: weakref.WeakSet[_ReportQueue] = weakref.WeakSet()
+
+
+def _drain_at_exit() -> None:
+    """At the interpreter's exit: give every open queue at most ``EXIT_WAIT`` seconds in all."""
+    deadline = time.monotonic() + EXIT_WAIT
+    for queue in list(_OPEN_QUEUES):
+        queue.wait(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(_drain_at_exit)
+
+
 # --------------------------------------------------------------------------- the loop
 
 
@@ -295,8 +494,9 @@ class Preparer:
     Args:
         client_or_base_url: the service's base URL, or a :class:`Client` / :class:`AsyncClient`.
             The adapter needs both twins (a sync agent prepares with a ``Client``, an async one
-            with an ``AsyncClient``, and usage reports go out with a ``Client``); the one not given
-            is made from the given one's ``base_url`` and ``api_key``.
+            with an ``AsyncClient``); the one not given is made from the given one's ``base_url``
+            and ``api_key``. Usage reports go out with a client of their own (short timeout, no
+            retry), which sends through a given ``Client``'s HTTP client.
         template: the prepare request without the runtime's parts (see the module doc).
         contributions: the application's inline sources, sync or async, called with the
             runtime's state.
@@ -330,7 +530,9 @@ class Preparer:
             raise ValueError(
                 'an adapter prepares with render "neutral"; leave "render" out of the template'
             )
-        self.template: dict[str, Any] = {**template, "render": "neutral"}
+        assembly = dict(template.get("assembly") or {})
+        assembly.setdefault("layout", DEFAULT_LAYOUT)
+        self.template: dict[str, Any] = {**template, "render": "neutral", "assembly": assembly}
         self.contributions = contributions
         self.fail_open = fail_open
         self.timeout = timeout
@@ -338,6 +540,7 @@ class Preparer:
         self.stats = AdapterStats()
         self._client: Client | None = None
         self._aclient: AsyncClient | None = None
+        self._reporter: Client | None = None
         self._owned: list[Client | AsyncClient] = []
         if isinstance(client_or_base_url, Client):
             self._client = client_or_base_url
@@ -347,8 +550,12 @@ class Preparer:
         self._base_url = given.base_url if given is not None else str(client_or_base_url)
         self._api_key = given.api_key if given is not None else api_key
         self._lock = threading.Lock()
-        self._reports: set[Future[None]] = set()
-        self._executor: ThreadPoolExecutor | None = None
+        self._max_output: dict[str, int | None] | None = None  # registry entry -> maximum
+        self._reports = _ReportQueue(
+            self._send_report,
+            lambda count: self.stats.add("usage_reports_dropped", count),
+            REPORT_QUEUE,
+        )
 
     # ------------------------------------------------------------------ clients
 
@@ -368,6 +575,20 @@ class Preparer:
                 self._owned.append(self._aclient)
             return self._aclient
 
+    def _report_client(self) -> Client:
+        """The usage reports' client: ``REPORT_TIMEOUT`` per phase, no retry."""
+        with self._lock:
+            if self._reporter is None:
+                given = self._client if self._client not in self._owned else None
+                self._reporter = Client(
+                    self._base_url,
+                    api_key=self._api_key,
+                    timeout=REPORT_TIMEOUT,
+                    max_retries=0,
+                    http_client=given._client if given is not None else None,
+                )
+            return self._reporter
+
     # ------------------------------------------------------------------ prepare
 
     def run(
@@ -381,7 +602,8 @@ class Preparer:
             history, inputs = split_turn(call.messages)
             body = self._body(call, history, inputs, contributed)
             response = self.client().prepare(body, timeout=self.timeout)
-            outcome = self._finish(call, history, inputs, response, apply)
+            limit = self._limit(response, lambda: self.client().models(timeout=self.timeout))
+            outcome = self._finish(call, history, inputs, response, apply, limit)
         except Exception as err:
             self._failed(err)
             return None
@@ -400,7 +622,9 @@ class Preparer:
             body = self._body(call, history, inputs, contributed)
             with anyio.fail_after(self.timeout):
                 response = await self.aclient().prepare(body, timeout=self.timeout)
-            outcome = self._finish(call, history, inputs, response, apply)
+            registry = await self._registry(response)
+            limit = self._limit(response, lambda: registry)
+            outcome = self._finish(call, history, inputs, response, apply, limit)
         except Exception as err:
             self._failed(err)
             return None
@@ -432,6 +656,10 @@ class Preparer:
         contributed: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any]:
         body = dict(self.template)
+        if "model" not in body and "models" not in body:
+            body["model"] = call.model or "unknown"
+        if "scope" not in body and call.conversation:
+            body["scope"] = {"task_id": call.conversation}
         body["instructions"] = call.instructions
         body["tools"] = [tool.neutral for tool in call.tools]
         body["history"] = [message.neutral for message in history]
@@ -440,6 +668,43 @@ class Preparer:
             body["contributions"] = [*self.template.get("contributions", ()), *contributed]
         return body
 
+    # ------------------------------------------------------------------ output limit
+
+    async def _registry(self, response: PrepareResponse) -> ModelList | None:
+        """``GET /v1/models`` on the async path, when the model's maximum output is still unknown
+        (once per adapter; ``None`` when it is not needed or cannot be read in time)."""
+        entry = response.selection.model_entry
+        if _reserve(response) is None or entry is None or self._max_output is not None:
+            return None
+        with anyio.move_on_after(self.timeout):
+            try:
+                return await self.aclient().models(timeout=self.timeout)
+            except ContextAssemblyError as err:
+                logger.debug("the model registry could not be read (%s)", type(err).__name__)
+        return None
+
+    def _limit(
+        self, response: PrepareResponse, registry: Callable[[], ModelList | None]
+    ) -> int | None:
+        """The frame's output limit: the reserve, at most the model's maximum output. The registry
+        is read once per adapter; when it cannot be read, the reserve stands alone."""
+        reserve = _reserve(response)
+        if reserve is None:
+            return None
+        entry = response.selection.model_entry
+        if entry is None:
+            return reserve
+        if self._max_output is None:
+            try:
+                models = registry()
+            except ContextAssemblyError as err:
+                logger.debug("the model registry could not be read (%s)", type(err).__name__)
+                return reserve
+            if models is not None:
+                self._max_output = {info.name: info.max_output_tokens for info in models.models}
+        maximum = (self._max_output or {}).get(entry)
+        return reserve if maximum is None else min(reserve, maximum)
+
     def _finish(
         self,
         call: RuntimeCall,
@@ -447,6 +712,7 @@ class Preparer:
         inputs: Sequence[Carried],
         response: PrepareResponse,
         apply: Callable[[Prepared], T],
+        limit: int | None = None,
     ) -> tuple[T, Prepared]:
         frame = response.frame
         messages = align(
@@ -455,10 +721,10 @@ class Preparer:
         by_name = {tool.neutral["name"]: tool.origin for tool in call.tools}
         try:
             tools = [by_name[tool["name"]] for tool in frame.get("tools", [])]
-        except KeyError as err:
-            raise IntegrationError(f"the frame names a tool that was not sent: {err}") from None
+        except KeyError:
+            raise IntegrationError("the frame names a tool that was not sent") from None
         breakpoints, key, retention = _cache_plan(response)
-        prepared = Prepared(response, messages, tools, breakpoints, key, retention)
+        prepared = Prepared(response, messages, tools, breakpoints, key, retention, limit)
         result = apply(prepared)
         self.stats.add("prepared")
         logger.debug(
@@ -477,6 +743,14 @@ class Preparer:
         if not self.fail_open:
             raise err
         self.stats.add("failed_open")
+        if is_mapping_bug(err):
+            self.stats.add("mapping_errors")
+            logger.warning(
+                "context-assembly: the model call goes on unchanged (mapping failed: %s at %s)",
+                type(err).__name__,
+                where(err),
+            )
+            return
         logger.warning(
             "context-assembly: the model call goes on unchanged (prepare failed: %s%s)",
             type(err).__name__,
@@ -485,6 +759,19 @@ class Preparer:
 
     # ------------------------------------------------------------------ usage
 
+    def reporting(self, report: Callable[[], None]) -> None:
+        """Run an adapter's usage mapping (``report``, which calls :meth:`report_usage`): a failure
+        of it is a mapping bug, logged with where it happened and counted, never raised."""
+        try:
+            report()
+        except Exception as err:
+            self.stats.add("mapping_errors")
+            logger.warning(
+                "context-assembly: the usage of a call was not reported (mapping failed: %s at %s)",
+                type(err).__name__,
+                where(err),
+            )
+
     def report_usage(
         self,
         prepared: Prepared,
@@ -492,36 +779,35 @@ class Preparer:
         provider: Provider,
         usage: Mapping[str, Any],
         report_id: str | None = None,
+        response_id: str | None = None,
+        diagnostics: Mapping[str, Any] | None = None,
     ) -> None:
-        """Send a usage report in the background (one worker thread); never raises."""
-        report = report_id or f"adapter-{uuid.uuid4().hex}"
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="context-assembly-usage"
-                )
-            future = self._executor.submit(
-                self._send_report, prepared.preparation_id, report, provider, dict(usage)
-            )
-            self._reports.add(future)
-        future.add_done_callback(self._forget)
+        """Queue a usage report for the background thread; never raises, never blocks."""
+        report = _Report(
+            prepared.preparation_id,
+            report_id or response_id or f"adapter-{uuid.uuid4().hex}",
+            provider,
+            dict(usage),
+            response_id or None,
+            dict(diagnostics) if diagnostics else None,
+        )
+        self._reports.put(report)
 
-    def _forget(self, future: Future[None]) -> None:
-        with self._lock:
-            self._reports.discard(future)
-
-    def _send_report(
-        self, preparation_id: str, report_id: str, provider: Provider, usage: dict[str, Any]
-    ) -> None:
+    def _send_report(self, report: _Report) -> None:
         try:
-            self.client().report_usage(
-                preparation_id, report_id=report_id, provider=provider, usage=usage
+            self._report_client().report_usage(
+                report.preparation_id,
+                report_id=report.report_id,
+                provider=report.provider,
+                usage=report.usage,
+                response_id=report.response_id,
+                diagnostics=report.diagnostics,
             )
         except Exception as err:
             self.stats.add("usage_report_failures")
             logger.warning(
                 "context-assembly: usage report of %s failed (%s%s)",
-                preparation_id,
+                report.preparation_id,
                 type(err).__name__,
                 _status_note(err),
             )
@@ -529,32 +815,32 @@ class Preparer:
             self.stats.add("usage_reports")
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the usage reports under way are sent (or failed); ``False`` on timeout."""
-        with self._lock:
-            pending = set(self._reports)
-        if not pending:
-            return True
-        _, not_done = wait_futures(pending, timeout=timeout)
-        return not not_done
+        """Wait until the queued usage reports are sent (or failed); ``False`` on timeout."""
+        return self._reports.wait(timeout)
 
     # ------------------------------------------------------------------ lifecycle
 
-    def close(self) -> None:
-        """Send the reports under way, stop the worker and close the clients the adapter made."""
+    def close(self, timeout: float = CLOSE_WAIT) -> bool:
+        """Wait at most ``timeout`` seconds for the queued reports, drop the rest (counted in
+        ``stats.usage_reports_dropped``), stop the thread and close the sync clients the adapter
+        made; ``False`` when reports were dropped."""
+        done = self._reports.close(timeout)
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+            reporter, self._reporter = self._reporter, None
+        if reporter is not None:
+            reporter.close()
         for owned in self._owned:
             if isinstance(owned, Client):
                 owned.close()
+        return done
 
-    async def aclose(self) -> None:
-        """:meth:`close` for async code: the worker is joined off the event loop."""
-        await anyio.to_thread.run_sync(self.close)
+    async def aclose(self, timeout: float = CLOSE_WAIT) -> bool:
+        """:meth:`close` for async code: the queue is waited for off the event loop."""
+        done: bool = await anyio.to_thread.run_sync(self.close, timeout)
         for owned in self._owned:
             if isinstance(owned, AsyncClient):
                 await owned.aclose()
+        return done
 
 
 async def _resolved(awaitable: Awaitable[T]) -> T:
@@ -602,13 +888,14 @@ class PreparerAdapter:
         return self.preparer.stats
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait for the usage reports under way; ``False`` if some are still going at ``timeout``."""
+        """Wait for the queued usage reports; ``False`` if some are still going at ``timeout``."""
         return self.preparer.flush(timeout)
 
-    def close(self) -> None:
-        """Send the reports under way and close the clients the adapter made."""
-        self.preparer.close()
+    def close(self, timeout: float = CLOSE_WAIT) -> bool:
+        """Send the queued reports (waiting at most ``timeout`` seconds, then dropping the rest)
+        and close the clients the adapter made; ``False`` when reports were dropped."""
+        return self.preparer.close(timeout)
 
-    async def aclose(self) -> None:
+    async def aclose(self, timeout: float = CLOSE_WAIT) -> bool:
         """:meth:`close` from async code."""
-        await self.preparer.aclose()
+        return await self.preparer.aclose(timeout)

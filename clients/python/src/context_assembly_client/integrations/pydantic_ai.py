@@ -1,44 +1,52 @@
-"""Pydantic AI agents: a capability around each model request (``wrap_model_request``).
+"""Pydantic AI agents: a capability that prepares each model request attempt.
 
 ::
 
     from context_assembly_client.integrations.pydantic_ai import ContextAssemblyCapability
 
     agent = Agent(model, capabilities=[
-        ContextAssemblyCapability("http://127.0.0.1:8080", template={"model": "gpt-4o-mini"}),
+        ContextAssemblyCapability("http://127.0.0.1:8080", template={"plugins": [...]}),
     ])
 
-The hook sees the request's messages, its tool definitions and instructions
-(``model_request_parameters``) and its model settings, and gets the model's response with its
-usage, on ``run``, ``run_sync`` and the streaming runs alike. This module only maps between
-Pydantic AI's types and the neutral shape around the loop of :mod:`.preparer`:
+Pydantic AI names ``prepare_model_request`` as the hook for fitting the context window: it runs
+before each *attempt* at a model request, once the model that will serve it is known (after a
+fallback or a retry chose it), and its changes hold for that attempt only. The capability
+prepares the request there and reports the response's usage in ``after_model_request``, which
+ends the same attempt, on ``run``, ``run_sync`` and the streaming runs alike. This module only
+maps between Pydantic AI's types and the neutral shape around the loop of :mod:`.preparer`:
 
-- **In.** The instruction parts are ``instructions``. Each part of a ``ModelRequest`` is one
-  neutral message: a ``SystemPromptPart`` system, a ``UserPromptPart`` user (text as text parts,
-  images as ``image`` parts, other files ``file`` parts, anything else ``opaque``), a tool return
-  tool (its ``model_response_str()``, with the call's id), a retry without a tool user. A
-  ``ModelResponse`` is one assistant message: its text parts, its tool calls, and the rest
-  (thinking, provider-run tools, files) as ``opaque`` parts counted by their text. The function
-  and output tools are ``tools``.
+- **In.** The model is the serving model's ``model_name`` (a wrapper model's innermost one),
+  unless the template names one; the default ``scope`` is the run's conversation
+  (``{"task_id": ctx.conversation_id}``: the ``conversation_id`` given to the run, else the one
+  of the message history, else a new one per run). The instruction parts are ``instructions``.
+  Each part of a ``ModelRequest`` is one neutral message: a ``SystemPromptPart`` system, a
+  ``UserPromptPart`` user (text as text parts, images as ``image`` parts, other files ``file``
+  parts, anything else ``opaque``), a tool return tool (its ``model_response_str()``, with the
+  call's id), a retry without a tool user. A ``ModelResponse`` is one assistant message: its
+  text parts, its tool calls, and the rest (thinking, provider-run tools, files) as ``opaque``
+  parts counted by their text. The function and output tools are ``tools``.
 - **Out.** The request's messages are rebuilt in frame order from the original parts (a message
-  the service kept whole is the original object); the service's developer (per-turn) and data
-  messages become ``ModelRequest``s with one ``UserPromptPart`` each: models treat a
-  ``SystemPromptPart`` after the first request each their own way (hoisted into the system
-  block, tagged, or sent in place), while a user prompt is sent where it stands on every model.
-  The leading system message becomes the instruction parts (the original ones, with the
-  service's addition after them). Function tools come back in frame order; output tools keep
-  their place. These changes hold for the request only: the run's message history keeps the
-  agent's messages (its recorded instructions are what was sent).
-- **Caches.** The plan's Anthropic markers become the model settings
-  ``anthropic_cache_tool_definitions`` (the tools marker) and ``anthropic_cache_instructions``
-  (the instructions marker). The history marker ends the last history message, an assistant
-  message or a tool return (the user turn is input), and Pydantic AI marks only user prompts
-  (``CachePoint``): that marker is skipped and counted (``stats.cache_markers_skipped``).
-  ``prompt_cache_key`` and ``prompt_cache_retention`` become ``openai_prompt_cache_key`` and
-  ``openai_prompt_cache_retention``; each model reads its own settings and ignores the others.
+  the service kept whole is the original object); the service's data messages become
+  ``ModelRequest`` objects with one ``UserPromptPart``, and its per-turn developer messages what the
+  service's own render for the model's provider makes of them: a ``SystemPromptPart``, sent in
+  place with the system (or developer) role, for the OpenAI models (``OpenAIChatModel``,
+  ``OpenAIResponsesModel``), and a ``UserPromptPart`` whose text starts with the line
+  ``[developer instructions]`` for every other model (Anthropic's and Google's move a later
+  system prompt into the system block, or refuse it). The leading system message becomes the
+  instruction parts (the original ones, with the service's addition after them). Function tools
+  come back in frame order; output tools keep their place. ``max_tokens`` in the model settings
+  is the output limit the budget reserved, unless the settings already have a smaller one. These
+  changes hold for the attempt only: the run's message history keeps the agent's messages.
+- **Caches.** Only for ``AnthropicModel``: the plan's tools and instructions markers become the
+  settings ``anthropic_cache_tool_definitions`` and ``anthropic_cache_instructions``. A marker
+  that ends a message (``history``, ``end``) has no setting (Pydantic AI marks only user prompts,
+  ``CachePoint``), and every marker for another model, is skipped and counted
+  (``stats.cache_markers_skipped``). Only for the OpenAI models: ``prompt_cache_key`` and
+  ``prompt_cache_retention`` become ``openai_prompt_cache_key`` and
+  ``openai_prompt_cache_retention``.
 - **Usage.** The response's ``usage`` is reported as ``provider="normalized"`` (its
-  ``input_tokens`` include cache reads and writes), with the provider's response id as
-  ``report_id`` when there is one.
+  ``input_tokens`` include cache reads and writes), with the provider's response id
+  (``provider_response_id``) as ``report_id`` and ``response_id`` when there is one.
 
 ``contributions`` is called with the run context's ``deps``.
 """
@@ -46,11 +54,13 @@ Pydantic AI's types and the neutral shape around the loop of :mod:`.preparer`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import sys
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.capabilities.abstract import WrapModelRequestHandler
 from pydantic_ai.messages import (
     BaseToolCallPart,
     BaseToolReturnPart,
@@ -73,7 +83,8 @@ from pydantic_ai.messages import (
     ThinkingPart,
     UserPromptPart,
 )
-from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
+from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.tools import RunContext, ToolDefinition
 
 from context_assembly_client.integrations.preparer import (
@@ -89,14 +100,15 @@ __all__ = ["ContextAssemblyCapability"]
 
 
 class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
-    """Prepares every model request of a Pydantic AI agent with the context-assembly service.
+    """Prepares every model request attempt of a Pydantic AI agent with the context-assembly service.
 
     Args:
         client_or_base_url: the service's URL, or a ``Client`` / ``AsyncClient``.
         template: the prepare request without ``instructions``, ``history``, ``input`` and
-            ``tools`` (``model`` at least; ``render`` is always ``"neutral"``).
+            ``tools`` (``model`` overrides the serving model; ``render`` is always
+            ``"neutral"``).
         contributions: ``contributions(deps)`` (sync or async) returns the inline sources, called
-            with the run's dependencies before each model request.
+            with the run's dependencies before each model request attempt.
         fail_open: when the service fails, let the request go on unchanged (``False``: raise).
             A 4xx answer always raises.
         timeout: the deadline of one prepare, in seconds.
@@ -108,23 +120,36 @@ class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # built around a client and callables: not constructible from a spec
 
-    async def wrap_model_request(
-        self,
-        ctx: RunContext[Any],
-        *,
-        request_context: ModelRequestContext,
-        handler: WrapModelRequestHandler,
-    ) -> ModelResponse:
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
         outcome = await self.preparer.arun(
-            lambda: _call_of(request_context),
+            lambda: _call_of(request_context, ctx),
             ctx.deps,
             lambda prepared: _apply(request_context, prepared, self.stats),
         )
         if outcome is None:
-            return await handler(request_context)
+            return request_context
         prepared_context, prepared = outcome
-        response = await handler(prepared_context)
+        self._remember(request_context, prepared)
+        return prepared_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        prepared = self._take(request_context)
+        if prepared is not None:
+            self.preparer.reporting(lambda: self._send_usage(prepared, response))
+        return response
+
+    def _send_usage(self, prepared: Prepared, response: ModelResponse) -> None:
         usage = response.usage
+        details = response.provider_details or {}
+        diagnostics = details.get("diagnostics") or details.get("prompt_cache_diagnostics")
         self.preparer.report_usage(
             prepared,
             provider="normalized",
@@ -135,14 +160,79 @@ class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
                 cache_creation_input_tokens=usage.cache_write_tokens,
             ),
             report_id=response.provider_response_id,
+            response_id=response.provider_response_id,
+            diagnostics=diagnostics if isinstance(diagnostics, Mapping) else None,
         )
-        return response
+
+    def _remember(self, context: ModelRequestContext, prepared: Prepared) -> None:
+        self.__dict__.setdefault("_attempts", _Attempts()).remember(context, prepared)
+
+    def _take(self, context: ModelRequestContext) -> Prepared | None:
+        attempts: _Attempts | None = self.__dict__.get("_attempts")
+        return attempts.take(context) if attempts is not None else None
+
+
+class _Attempts:
+    """The preparation of each attempt under way, by its request context (the object
+    ``prepare_model_request`` gets is the one ``after_model_request`` gets); an attempt that
+    fails without a response leaves its entry only until its context is collected."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[int, tuple[weakref.ref[ModelRequestContext], Prepared]] = {}
+
+    def remember(self, context: ModelRequestContext, prepared: Prepared) -> None:
+        key = id(context)
+
+        def forget(ref: weakref.ref[ModelRequestContext]) -> None:
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None and entry[0] is ref:
+                    del self._entries[key]
+
+        with self._lock:
+            self._entries[key] = (weakref.ref(context, forget), prepared)
+
+    def take(self, context: ModelRequestContext) -> Prepared | None:
+        with self._lock:
+            entry = self._entries.get(id(context))
+            if entry is None or entry[0]() is not context:
+                return None
+            del self._entries[id(context)]
+        return entry[1]
 
 
 # --------------------------------------------------------------------------- Pydantic AI -> neutral
 
 
-def _call_of(context: ModelRequestContext) -> RuntimeCall:
+def _serving(model: Model) -> Model:
+    """The model under any wrapper models (instrumentation, a user's wrapper)."""
+    while isinstance(model, WrapperModel):
+        model = model.wrapped
+    return model
+
+
+def _instance_of(model: Model, module: str, *names: str) -> bool:
+    """Whether ``model`` is one of ``module``'s classes ``names``, without importing ``module``
+    (a model of those classes exists only once it is imported)."""
+    loaded = sys.modules.get(module)
+    classes = tuple(c for c in (getattr(loaded, n, None) for n in names) if isinstance(c, type))
+    return bool(classes) and isinstance(_serving(model), classes)
+
+
+def is_anthropic(model: Model) -> bool:
+    """Whether the serving model is an ``AnthropicModel`` (which reads ``anthropic_cache_*``)."""
+    return _instance_of(model, "pydantic_ai.models.anthropic", "AnthropicModel")
+
+
+def is_openai(model: Model) -> bool:
+    """Whether the serving model is an ``OpenAIChatModel`` or an ``OpenAIResponsesModel``."""
+    return _instance_of(
+        model, "pydantic_ai.models.openai", "OpenAIChatModel", "OpenAIResponsesModel"
+    )
+
+
+def _call_of(context: ModelRequestContext, ctx: RunContext[Any]) -> RuntimeCall:
     parameters = context.model_request_parameters
     messages: list[Carried] = []
     for message in context.messages:
@@ -154,7 +244,13 @@ def _call_of(context: ModelRequestContext) -> RuntimeCall:
         Carried(_tool(tool), tool)
         for tool in [*parameters.function_tools, *parameters.output_tools]
     ]
-    return RuntimeCall(_instructions(parameters) or "", messages, tools)
+    return RuntimeCall(
+        _instructions(parameters) or "",
+        messages,
+        tools,
+        model=_serving(context.model).model_name,
+        conversation=ctx.conversation_id,
+    )
 
 
 def _instructions(parameters: ModelRequestParameters) -> str | None:
@@ -239,17 +335,21 @@ def _apply(
     context: ModelRequestContext, prepared: Prepared, stats: AdapterStats
 ) -> ModelRequestContext:
     parameters = context.model_request_parameters
+    openai, anthropic = is_openai(context.model), is_anthropic(context.model)
     settings: dict[str, Any] = dict(context.model_settings or {})
+    limit = prepared.limit_within(settings.get("max_tokens"))
+    if limit is not None:
+        settings["max_tokens"] = limit
     for point in prepared.breakpoints:
-        if point.after == "tools":
+        if anthropic and point.after == "tools":
             settings["anthropic_cache_tool_definitions"] = point.ttl
-        elif point.after == "instructions":
+        elif anthropic and point.after == "instructions":
             settings["anthropic_cache_instructions"] = point.ttl
         else:
             stats.add("cache_markers_skipped")
-    if prepared.prompt_cache_key is not None:
+    if openai and prepared.prompt_cache_key is not None:
         settings["openai_prompt_cache_key"] = prepared.prompt_cache_key
-    if prepared.prompt_cache_retention is not None:
+    if openai and prepared.prompt_cache_retention is not None:
         settings["openai_prompt_cache_retention"] = prepared.prompt_cache_retention
     instructions = parameters.instruction_parts
     messages: list[ModelMessage] = []
@@ -260,7 +360,7 @@ def _apply(
                 instructions = _instruction_parts(parameters, item.neutral["content"], prepared)
                 continue
             _flush(pending, messages)
-            messages.append(ModelRequest(parts=[UserPromptPart(item.neutral["content"])]))
+            messages.append(_added(item.neutral["role"], item.neutral["content"], openai))
             continue
         message, part = item.origin
         if part is None:  # a whole ModelResponse
@@ -282,6 +382,18 @@ def _apply(
         model_settings=settings,  # type: ignore[arg-type]
         model_request_parameters=new_parameters,
     )
+
+
+def _added(role: str, text: str, openai: bool) -> ModelRequest:
+    """A message the service added, after the leading one, in the serving model's provider's
+    terms: a data message is a user prompt; a per-turn developer message a system prompt in place
+    for OpenAI, a user prompt opening with the service's marker line elsewhere, as the service's
+    renders do."""
+    if role == "user":
+        return ModelRequest(parts=[UserPromptPart(text)])
+    if openai:
+        return ModelRequest(parts=[SystemPromptPart(text)])
+    return ModelRequest(parts=[UserPromptPart(f"[{role} instructions]\n{text}")])
 
 
 def _flush(pending: list[tuple[ModelRequest, Any]], messages: list[ModelMessage]) -> None:
