@@ -6,7 +6,10 @@ report of a ``main`` call says how many tokens the provider counted for a frame 
 part the service knows, so the ratio of the two is an observation of how far over the estimate
 is for this tenant's text on this model:
 
-    ratio = (provider input − the part counted from an anchor) ÷ the estimated part, unscaled
+    ratio = provider input ÷ the estimate, unscaled
+
+Only a wholly estimated frame is observed: an anchored one's estimated rest cannot be told apart
+exactly (the provider's figure it anchored on also holds the previous turn's own messages).
 
 The last ``WINDOW`` ratios are kept per tenant and model. Once there are ``MIN_REPORTS`` of
 them, estimated counts are multiplied by the calibration factor
@@ -41,17 +44,12 @@ def factor(ratios: Sequence[float]) -> float | None:
 
 
 def observed_ratio(
-    provider_input: int | None,
-    estimated_tokens: int | None,
-    anchored_tokens: int,
-    applied_factor: float | None,
+    provider_input: int | None, estimated_tokens: int | None, applied_factor: float | None
 ) -> float | None:
-    """The ratio a usage report observes (module doc), or ``None`` when it says nothing: no
-    provider count, too small an estimated part, or a provider count below the anchored part."""
+    """The ratio a usage report of a wholly estimated frame observes (module doc), or ``None``
+    when it says nothing: no provider count, or too small an estimate."""
     if provider_input is None or estimated_tokens is None or estimated_tokens < MIN_ESTIMATED:
         return None
-    unscaled = estimated_tokens / (applied_factor or 1.0)
-    real = provider_input - anchored_tokens
-    if real <= 0:
+    if provider_input <= 0:
         return None
-    return round(real / unscaled, 4)
+    return round(provider_input / (estimated_tokens / (applied_factor or 1.0)), 4)

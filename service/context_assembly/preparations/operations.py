@@ -545,17 +545,15 @@ class Preparations:
     async def _calibrate(
         self, tenant: str, stored: StoredPreparation, provider_input: int | None
     ) -> None:
-        """Keep the ratio a main call's report observes on an estimated count
-        (``core/calibration.py``), under the model's registry entry."""
+        """Keep the ratio a main call's report observes on a wholly estimated count
+        (``core/calibration.py``), under the model's registry entry. An anchored count is not
+        observed: the provider's figure it anchored on also holds the previous turn's own
+        messages, so its estimated rest cannot be told apart exactly."""
         budget = stored.response.budget
-        if budget.get("count_source") not in ("estimate", "calibrated", "anchored"):
+        if budget.get("count_source") not in ("estimate", "calibrated"):
             return
-        anchored = budget.get("anchored") or {}
         ratio = calibration.observed_ratio(
-            provider_input,
-            budget.get("estimated_tokens"),
-            int(anchored.get("counted_tokens", 0)),
-            budget.get("calibration_factor"),
+            provider_input, budget.get("estimated_tokens"), budget.get("calibration_factor")
         )
         if ratio is not None:
             model = stored.response.selection.get("model_entry") or stored.model
