@@ -319,6 +319,11 @@ class TimelineTurn(Frozen):
         description="The cached input tokens the provider reported for the main call (null: "
         "no usage report)."
     )
+    cost: float | None = Field(
+        default=None,
+        description="What the turn's latest main or wrap-up call cost in USD at the model's "
+        "price, from its usage report (null: no report, or no price).",
+    )
     miss: CacheMiss | None = Field(
         description="A turn that read less from the cache than it could have: prefix_changed "
         "(the prefix differs from the previous turn's), expired (the previous turn is older "
@@ -337,4 +342,8 @@ class Timeline(Frozen):
     older_before: int | None = Field(
         description="The before value of the page of older turns (the oldest turn shown here); "
         "null when no older turn is live."
+    )
+    cost: float | None = Field(
+        default=None,
+        description="The cost in USD of the page's turns that have one (null: none has).",
     )

@@ -80,3 +80,25 @@ def test_a_model_without_a_price_costs_null(make_client: AppFactory) -> None:
     )
     assert observed["cost"] is None
     assert observed["provider_input_tokens"] == 10
+
+
+def test_the_timeline_shows_each_turns_cost_and_their_total(make_client: AppFactory) -> None:
+    client = make_client()
+    scope = {"task_id": secrets.token_hex(4)}
+    usage = {"input_tokens": 1000, "cache_read_input_tokens": 9000, "output_tokens": 100}
+    costs = []
+    ids = []
+    for _ in range(2):
+        prep_id = prepare(client, "claude-sonnet-4-5", scope=scope)
+        ids.append(prep_id)
+        costs.append(report(client, prep_id, usage)["cost"]["total"])
+    unreported = prepare(client, "claude-sonnet-4-5", scope=scope)
+    path = f"/v1/preparations/{unreported}/timeline"
+    data = client.get(path, headers={"Accept": "application/json"}).json()
+    assert [t["cost"] for t in data["turns"]] == [*costs, None]
+    assert data["cost"] == pytest.approx(sum(costs), abs=1e-9)
+    assert costs[0] == pytest.approx((1000 * 3 + 9000 * 0.3 + 100 * 15) / 1e6, abs=1e-9)
+    text = client.get(path, headers={"Accept": "text/plain"}).text
+    assert f"cost of these turns: {sum(costs):.4f} USD" in text
+    html = client.get(path, headers={"Accept": "text/html"}).text
+    assert f"These turns cost {sum(costs):.4f} USD." in html

@@ -1523,6 +1523,8 @@ export interface components {
          *     or those before the turn ``before`` names).
          */
         Timeline: {
+            /** @description The cost in USD of the page's turns that have one (null: none has). */
+            cost?: number | null;
             /** @description The before value of the page of older turns (the oldest turn shown here); null when no older turn is live. */
             older_before: number | null;
             /** @description The preparation whose conversation is shown. */
@@ -1543,6 +1545,8 @@ export interface components {
             cacheable_tokens: number | null;
             /** @description The cached input tokens the provider reported for the main call (null: no usage report). */
             cached_input_tokens: number | null;
+            /** @description What the turn's latest main or wrap-up call cost in USD at the model's price, from its usage report (null: no report, or no price). */
+            cost?: number | null;
             /** @description When the turn was prepared (RFC 3339, UTC). */
             created_at: string | null;
             /** @description The cached input tokens this turn's call can be expected to report. */

@@ -103,6 +103,11 @@ def newer_before(timeline: Timeline, before: int | None) -> int | None:
     return timeline.turns[-1].turn + 1 + TIMELINE_TURNS
 
 
+def dollars(value: float | None) -> str:
+    """A cost in USD to four decimals (``-`` when there is none)."""
+    return "-" if value is None else f"{value:.4f}"
+
+
 def why(turn: TimelineTurn) -> str:
     """A turn's cache story in a sentence (the chart's tooltips)."""
     said = f"expected {count(turn.expected_cached_tokens)} cached: {expected_words(turn)}"
@@ -120,16 +125,18 @@ def render_text(timeline: Timeline, before: int | None = None) -> str:
     lines = [
         f"timeline of {shown(timeline.preparation_id)}: {_range(timeline)}, oldest first",
         f"{'turn':>4}  {'preparation':<30} {'input':>8} {'kept':>4} {'cacheable':>9} "
-        f"{'expected':>8} {'reported':>8}  {'miss':<22} first change",
+        f"{'expected':>8} {'reported':>8} {'cost USD':>10}  {'miss':<22} first change",
     ]
     for turn in timeline.turns:
         miss = "-" if turn.miss is None else MISS_WORDS[turn.miss]
         lines.append(
             f"{_label(turn):>4}  {shown(turn.preparation_id):<30} {turn.total_input_tokens:>8} "
             f"{_kept(turn.prefix_kept):>4} {count(turn.cacheable_tokens):>9} "
-            f"{count(turn.expected_cached_tokens):>8} {count(turn.cached_input_tokens):>8}  "
-            f"{miss:<22} {change_words(turn.first_change)}"
+            f"{count(turn.expected_cached_tokens):>8} {count(turn.cached_input_tokens):>8} "
+            f"{dollars(turn.cost):>10}  {miss:<22} {change_words(turn.first_change)}"
         )
+    if timeline.cost is not None:
+        lines.append(f"cost of these turns: {dollars(timeline.cost)} USD")
     if timeline.older_before is not None:
         lines.append(f"older turns: {path}?before={timeline.older_before}")
     newer = newer_before(timeline, before)
@@ -327,6 +334,7 @@ def _row(turn: TimelineTurn, models: bool) -> str:
         cell("cacheable", count(turn.cacheable_tokens), "n"),
         cell("expected cached", count(turn.expected_cached_tokens), "n"),
         cell("reported cached", count(turn.cached_input_tokens), "n"),
+        cell("cost (USD)", dollars(turn.cost), "n"),
         cell("miss", miss),
     ]
     cls = "" if turn.miss is None else f' class="{turn.miss}"'
@@ -371,6 +379,7 @@ def render_html(timeline: Timeline, before: int | None = None) -> str:
             ("cacheable", True, True),
             ("expected cached", True, True),
             ("reported cached", True, True),
+            ("cost (USD)", True, True),
             ("miss, first change", False, True),
         )
         if shown_
@@ -382,6 +391,7 @@ provider's cache than it could have.</p>
 {nav}
 <div class=legend id=legend>{legend}</div>
 {chart_svg(timeline.turns)}
+{"" if timeline.cost is None else f"<p id=cost>These turns cost {dollars(timeline.cost)} USD.</p>"}
 <div class=scroll><table id=turns class=cards><tr>{heading}</tr>{rows}</table></div>
 <ul id=misses>{meanings}</ul>
 {nav}"""

@@ -331,6 +331,7 @@ def timeline_turn(
     part = stored.cache
     last = record.accounting.last
     reported = None if last is None else last.get("cached_input_tokens")
+    cost = None if last is None else (last.get("cost") or {}).get("total")
     report = StoredCacheReport() if part is None else part.report
     expected = None if part is None else part.expected_cached_tokens
     reason = None if part is None else part.expected_reason
@@ -353,6 +354,7 @@ def timeline_turn(
         "seconds_since_previous": None if part is None else part.since_previous_seconds,
         "cache_lifetime_seconds": None if part is None else part.lifetime_seconds,
         "cached_input_tokens": reported,
+        "cost": cost,
         "miss": miss(report.prefix_kept, reason, expected, reported),
     }
     return TimelineTurn.model_validate(turn)
@@ -394,10 +396,13 @@ async def page(
         number = own if own is not None else _less(number)
     shown.reverse()
     oldest = shown[0][2] if shown else None
+    turns = [timeline_turn(r, s, n) for r, s, n in shown]
+    costs = [turn.cost for turn in turns if turn.cost is not None]
     return Timeline(
         preparation_id=record.id,
-        turns=[timeline_turn(r, s, n) for r, s, n in shown],
+        turns=turns,
         older_before=oldest if older and oldest is not None else None,
+        cost=round(sum(costs), 9) if costs else None,
     )
 
 

@@ -1218,6 +1218,10 @@ class TimelineTurn(BaseModel):
     """
     The cached input tokens the provider reported for the main call (null: no usage report).
     """
+    cost: float | None = None
+    """
+    What the turn's latest main or wrap-up call cost in USD at the model's price, from its usage report (null: no report, or no price).
+    """
     created_at: str | None
     """
     When the turn was prepared (RFC 3339, UTC).
@@ -1729,6 +1733,10 @@ class Timeline(BaseModel):
         extra="allow",
         frozen=True,
     )
+    cost: float | None = None
+    """
+    The cost in USD of the page's turns that have one (null: none has).
+    """
     older_before: int | None
     """
     The before value of the page of older turns (the oldest turn shown here); null when no older turn is live.
