@@ -319,6 +319,11 @@ class TimelineTurn(Frozen):
         description="The cached input tokens the provider reported for the main call (null: "
         "no usage report)."
     )
+    cache_write_tokens: int | None = Field(
+        default=None,
+        description="The cache writes the provider reported for the turn's latest main or "
+        "wrap-up call (null: no usage report, or none reported).",
+    )
     cost: float | None = Field(
         default=None,
         description="What the turn's latest main or wrap-up call cost in USD at the model's "

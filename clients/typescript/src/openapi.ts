@@ -1541,6 +1541,8 @@ export interface components {
         TimelineTurn: {
             /** @description How long the provider keeps a cached prefix after its last use, for this turn's render target and cache options (null: no cache the service models). */
             cache_lifetime_seconds: number | null;
+            /** @description The cache writes the provider reported for the turn's latest main or wrap-up call (null: no usage report, or none reported). */
+            cache_write_tokens?: number | null;
             /** @description Tokens of this turn's prefix a provider can cache (selection.cache). */
             cacheable_tokens: number | null;
             /** @description The cached input tokens the provider reported for the main call (null: no usage report). */

@@ -354,6 +354,7 @@ def timeline_turn(
         "seconds_since_previous": None if part is None else part.since_previous_seconds,
         "cache_lifetime_seconds": None if part is None else part.lifetime_seconds,
         "cached_input_tokens": reported,
+        "cache_write_tokens": None if last is None else last.get("cache_creation_input_tokens"),
         "cost": cost,
         "miss": miss(report.prefix_kept, reason, expected, reported),
     }

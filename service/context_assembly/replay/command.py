@@ -27,6 +27,9 @@ FILE is a trace of the kv-cache-tester project (.json or .json.gz; its text is s
 block hash), a conversation log (.jsonl: one provider request body per line), or a directory
 holding such files. The service runs in-process on a temporary SQLite file, its clock set to
 each call's recorded time. docs/replay.md explains the synthesis, the rules and the policies.
+With --preparation ID instead of files: a stored preparation's own turns, read from the store
+the configuration names (its plan's predicted cached tokens against the reported ones, and the
+cost).
 
 policies (one row each):
   theory          the most any client could read: the longest live shared prefix
@@ -70,9 +73,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     parser.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="FILE",
         help="trace files (.json, .json.gz), conversation logs (.jsonl) or directories of them",
+    )
+    parser.add_argument(
+        "--preparation",
+        metavar="ID",
+        default=None,
+        help="instead of files: the conversation of this stored preparation, read from the "
+        "store the configuration names (its turns, the cached tokens its plan predicted against "
+        "those its usage reports gave, and the cost)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="with --preparation: the service's TOML configuration (its [store]); the "
+        "environment's CONTEXT_ASSEMBLY_* variables apply as for serve",
+    )
+    parser.add_argument(
+        "--tenant",
+        default="default",
+        help="with --preparation: the tenant it belongs to (default: default, the tenant of a "
+        "service without keys)",
     )
     parser.add_argument(
         "--turns",
@@ -178,6 +202,33 @@ def read_inputs(paths: Sequence[str], start: str | None = None) -> list[Conversa
     return conversations
 
 
+def _run_stored(args: argparse.Namespace) -> int:
+    """``--preparation``: a scope's own stored turns (``replay/stored.py``)."""
+    import asyncio
+    import time
+
+    import orjson
+
+    from context_assembly.config import load_settings
+    from context_assembly.errors import StoreUnavailableError
+    from context_assembly.replay import stored
+
+    if args.files:
+        return _fail("give FILE arguments or --preparation, not both")
+    try:
+        settings = load_settings(args.config)
+        shown = asyncio.run(
+            stored.read_stored(settings, args.tenant, args.preparation, time.time())
+        )
+    except (OSError, ValueError, stored.StoredError, StoreUnavailableError) as err:
+        return _fail(str(err))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(stored.as_json(args.preparation, shown)) + b"\n")
+    else:
+        sys.stdout.write(stored.as_text(args.preparation, shown))
+    return 0
+
+
 def _fail(message: str) -> int:
     sys.stderr.write(f"context-assembly replay: {message}\n")
     return 2
@@ -186,6 +237,10 @@ def _fail(message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from context_assembly.logs import configure_logging
 
+    if args.preparation is not None:
+        return _run_stored(args)
+    if not args.files:
+        return _fail("give FILE arguments, or --preparation ID")
     try:
         options = Options(
             kinds=tuple(cast(list[Kind], _choices(args.policies, KINDS, "--policies"))),

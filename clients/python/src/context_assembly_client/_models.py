@@ -1210,6 +1210,10 @@ class TimelineTurn(BaseModel):
     """
     How long the provider keeps a cached prefix after its last use, for this turn's render target and cache options (null: no cache the service models).
     """
+    cache_write_tokens: int | None = None
+    """
+    The cache writes the provider reported for the turn's latest main or wrap-up call (null: no usage report, or none reported).
+    """
     cacheable_tokens: int | None
     """
     Tokens of this turn's prefix a provider can cache (selection.cache).
