@@ -126,9 +126,12 @@ def assemble_frame(
         frame_tools(options.layout, request.tools),
         leading_text(options.layout, texts),
     )
+    # One hash per message of the conversation (history, then input): what the previous turn's
+    # anchor and transcript are matched on, and what the record keeps of this one.
+    hashes = message_hashes([*request.history_messages, *request.input])
     earlier = None
     if options.layout == "transcript":
-        earlier = _earlier(request, texts, blocks.graph, prior, now, counter, profile)
+        earlier = _earlier(request, texts, blocks.graph, prior, hashes, now, counter, profile)
     fit = _fit(
         request,
         texts,
@@ -137,6 +140,7 @@ def assemble_frame(
         counter,
         profile,
         anchor=None if exact or anchor is None or anchor.head != head else anchor,
+        hashes=hashes,
         earlier=earlier,
         exact=exact,
     )
@@ -189,7 +193,7 @@ def assemble_frame(
         instructions_hash=text_hash(request.instructions),
         history=tuple(fit.history),
         head_digest=head,
-        conversation_hashes=tuple(message_hashes([*fit.history, *request.input])),
+        conversation_hashes=tuple(hashes[fit.dropped :]),
         transcript=transcript,
         selected_expiry=_selected_expiry(blocks.graph, selection),
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
@@ -212,6 +216,7 @@ def _earlier(
     texts: Texts,
     graph: dict[str, Node],
     prior: Prior | None,
+    hashes: Sequence[str],
     now: datetime,
     counter: TokenCounter,
     profile: ModelProfile,
@@ -223,7 +228,7 @@ def _earlier(
     point = turn_point(conversation)
     if prior is None or request.native_history is not None:
         return _Earlier(0, [], 0, True, point)
-    shared = shared_length(prior.conversation, message_hashes(conversation))
+    shared = shared_length(prior.conversation, hashes)
     whole = shared == len(prior.conversation)
     kept = [i for i in prior.insertions if i.at < shared or (whole and i.at == shared)]
     rebuilt = rebuild(kept, legacy_views=texts.legacy_data, graph=graph, now=now)
@@ -335,6 +340,7 @@ def _fit(
     profile: ModelProfile,
     *,
     anchor: Anchor | None = None,
+    hashes: Sequence[str] = (),
     earlier: _Earlier | None = None,
     exact: bool = True,
 ) -> _Fit:
@@ -342,7 +348,8 @@ def _fit(
     protected data (``demand``) does not fit that window but fits ``max_data_tokens``, the
     history policy ``drop_oldest`` drops the oldest history units until it does; without it,
     or when dropping cannot free enough, ``ContextOverflowError``. With ``anchor`` the fixed
-    terms' shared part counts as the provider counted it (``_anchored``). With ``earlier`` (the
+    terms' shared part counts as the provider counted it (``_anchored``; ``hashes``: the
+    conversation's message hashes it is matched on). With ``earlier`` (the
     ``transcript`` layout) the earlier turns' messages count in the history term, and the
     per-turn message only at a new user turn."""
     options = request.options
@@ -365,10 +372,9 @@ def _fit(
     fixed = fixed_terms(history_counts)
     anchored = None
     if anchor is not None and request.native_history is None:
-        shared_extra = 0 if earlier is None else earlier.tokens
-        anchored = _anchored(anchor, request, history_counts, fixed, counter, profile)
-        anchored = anchor_count(
-            anchor, anchored.shared_messages, anchored.estimated_tokens + shared_extra
+        extra = 0 if earlier is None else earlier.tokens  # the earlier turns' messages it holds
+        anchored = _anchored(
+            anchor, request, hashes, history_counts, fixed, extra, counter, profile
         )
     correction = 0 if anchored is None else anchored.correction
     remaining = capacity.tokens - reserve - fixed.total + correction
@@ -412,16 +418,19 @@ def _uncertain(fixed: FixedCosts, anchored: Anchored | None, remaining: int, dem
 def _anchored(
     anchor: Anchor,
     request: PrepareRequest,
+    hashes: Sequence[str],
     history_counts: Sequence[Counted],
     fixed: FixedCosts,
+    extra: int,
     counter: TokenCounter,
     profile: ModelProfile,
 ) -> Anchored:
-    """The shared part of the frame (tools, the leading message and the conversation messages
-    it repeats) as the service counts it, and as the provider's figure counts it."""
+    """The shared part of the frame (tools, the leading message, the conversation messages it
+    repeats and ``extra``: a transcript's earlier turns' messages) as the service counts it, and
+    as the provider's figure counts it."""
     conversation = [*request.history_messages, *request.input]
-    shared = shared_length(anchor.conversation, message_hashes(conversation))
-    estimated = fixed.tools + fixed.instructions
+    shared = shared_length(anchor.conversation, hashes)
+    estimated = fixed.tools + fixed.instructions + extra
     for index in range(shared):
         if index < len(history_counts):
             estimated += history_counts[index].tokens
