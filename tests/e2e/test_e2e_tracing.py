@@ -33,6 +33,23 @@ pytestmark = pytest.mark.e2e
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_PARENT = "b7ad6b7169203331"
 WANTED = {"POST /v1/prepare", "context_assembly.prepare", "POST"}  # server, ours, contributor call
+# A prepare that calls the configured ``hook`` contributor once.
+HOOK_BODY = {
+    "model": "gpt-4o-mini",
+    "plugins": [{"name": "docs"}],
+    "contributors": [{"source": "docs", "endpoint": "hook"}],
+    "input": [{"role": "user", "content": "hi"}],
+}
+
+
+def serve(port: int, config: Path, env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
+    """``context-assembly serve`` on ``port`` with ``config``, its stderr to ``log``."""
+    return subprocess.Popen(
+        [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
+        cwd=config.parent,
+        env=env,
+        stderr=log,
+    )
 
 
 class Collector:
@@ -99,31 +116,13 @@ def test_a_served_prepare_is_exported_and_continued_at_the_contributor(
             "OTEL_SERVICE_NAME": "assembly-e2e",
         }
         with (tmp_path / "service.log").open("wb") as log:
-            proc = subprocess.Popen(
-                [
-                    str(BIN / "context-assembly"),
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config),
-                ],
-                cwd=tmp_path,
-                env=env,
-                stderr=log,
-            )
+            proc = serve(port, config, env, log)
             try:
                 base = f"http://127.0.0.1:{port}"
                 wait_ready(f"{base}/readyz", proc)
-                body = {
-                    "model": "gpt-4o-mini",
-                    "plugins": [{"name": "docs"}],
-                    "contributors": [{"source": "docs", "endpoint": "hook"}],
-                    "input": [{"role": "user", "content": "hi"}],
-                }
                 answer = httpx.post(
                     f"{base}/v1/prepare",
-                    json=body,
+                    json=HOOK_BODY,
                     headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"},
                     timeout=30,
                 )
@@ -184,30 +183,12 @@ def test_a_collector_that_never_answers_does_not_hold_the_stop(
         }
         log_path = tmp_path / "service.log"
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [
-                    str(BIN / "context-assembly"),
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config),
-                ],
-                cwd=tmp_path,
-                env=env,
-                stderr=log,
-            )
+            proc = serve(port, config, env, log)
             try:
                 base = f"http://127.0.0.1:{port}"
                 wait_ready(f"{base}/readyz", proc)
-                body = {
-                    "model": "gpt-4o-mini",
-                    "plugins": [{"name": "docs"}],
-                    "contributors": [{"source": "docs", "endpoint": "hook"}],
-                    "input": [{"role": "user", "content": "hi"}],
-                }
                 for _ in range(20):
-                    answer = httpx.post(f"{base}/v1/prepare", json=body, timeout=30)
+                    answer = httpx.post(f"{base}/v1/prepare", json=HOOK_BODY, timeout=30)
                     assert answer.status_code == 200, answer.text
                 started = time.monotonic()
                 proc.send_signal(signal.SIGTERM)
