@@ -66,7 +66,6 @@ def start_service(name: str, source: Path, config: Path, folder: Path) -> Servic
     proc = svc.start(
         [str(svc.BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(own)],
         port,
-        "/healthz",
         env={"PYTHONPATH": str(source)},
     )
     return Service(name, proc, f"http://127.0.0.1:{port}/v1/prepare")

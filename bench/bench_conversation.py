@@ -25,15 +25,20 @@ does not move with the machine's wake-up latency as wall time does. The figures 
 over the conversations (a warm-up conversation first, not counted); the wall p50/p99 per turn is
 printed for reference, pooled over the counted turns.
 
+How a turn's cost grows with the conversation (``growth``): conversations of 400 turns, each
+turn sent to a fresh service and to the echo as above, the CPU of turns 31-40 and 391-400
+(medians) compared; their memory source offers the latest 40 notes only, so that what grows is
+the history (at turn 400 some 800 messages, a body six times turn 40's).
+
 ``--tree LABEL=DIR`` (repeatable) runs the service from the source tree DIR instead
 (``PYTHONPATH=DIR/service:DIR/clients/python/src python -m context_assembly.cli serve``): an A/B of
 copies of the repository, every turn going to every tree, the first tree being the control the
 others are compared with (their answers must decide the same, ``same``). It prints no figures.
 
 Bounded: fixed turn counts, loopback only, every process stopped at the end. The default run takes
-under a minute.
+about a minute, half of it the three growing conversations.
 
-    .venv/bin/python bench/bench_conversation.py [--conversations 5] [--turns 40]
+    .venv/bin/python bench/bench_conversation.py [--conversations 5] [--turns 40] [--growth 3]
     .venv/bin/python bench/bench_conversation.py --retrieval inline --tree on=DIR1 --tree off=DIR2
 """
 
@@ -50,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +69,12 @@ from context_assembly.tokens.counter import get_counter
 
 MODEL = "gpt-4o-mini"  # o200k_base
 TARGET = 2.5  # service CPU per turn / stored echo CPU per turn
+# ``growth``: a turn's CPU at these turns of one growing conversation (the window of turns
+# before each, medians), its memory source offering its latest GROWTH_NOTES notes.
+GROWTH_TURNS = (40, 400)
+GROWTH_WINDOW = 10
+GROWTH_NOTES = 40
+GROWTH_TARGET = 1.5  # service CPU per turn at the last of GROWTH_TURNS / at the first
 DATE_LINE = re.compile(rb"Current date and time: [^\\\"]*")  # core/layout.py's date_line
 
 # --------------------------------------------------------------------------- the conversation
@@ -184,11 +196,16 @@ def passages(rng: random.Random, label: str) -> list[dict[str, Any]]:
 Retrieval = Literal["inline", "webhook"]
 
 
-def conversation(seed: int, turns: int, scope: str, retrieval: Retrieval) -> list[bytes]:
+def conversation(
+    seed: int, turns: int, scope: str, retrieval: Retrieval, notes: int | None = None
+) -> Iterator[bytes]:
     """The request bodies of one conversation of ``turns`` turns, in order (see the module
-    docstring), deterministic for its seed; ``scope`` makes it a new conversation for the
-    service's cache plans. The retrieval passages are inline, or fetched by the service from the
-    registered ``retrieval`` contributor (``bench/retrieval_contributor.py``)."""
+    docstring), deterministic for its seed, one at a time (the 400 of ``growth`` weigh some
+    130 MB together); ``scope`` makes it a new conversation for the service's cache plans. The
+    retrieval passages are inline, or fetched by the service from the registered ``retrieval``
+    contributor (``bench/retrieval_contributor.py``). With ``notes`` the memory source offers
+    its stable entries and only the latest ``notes`` notes, as a memory that returns a bounded
+    selection does."""
     rng = random.Random(seed)
     instructions = prose(
         rng, 2000, "You are the operations assistant of a billing team. Follow these rules."
@@ -203,8 +220,8 @@ def conversation(seed: int, turns: int, scope: str, retrieval: Retrieval) -> lis
         }
         for i in range(30)
     ]
+    stable = len(memory)
     history: list[dict[str, Any]] = []
-    bodies = []
     for turn in range(turns):
         memory.append(
             {
@@ -213,7 +230,8 @@ def conversation(seed: int, turns: int, scope: str, retrieval: Retrieval) -> lis
                 "priority": 60,
             }
         )
-        contributions = [{"source": "memory", "revision": turn, "blocks": memory}]
+        offered = memory if notes is None else memory[:stable] + memory[stable:][-notes:]
+        contributions = [{"source": "memory", "revision": turn, "blocks": offered}]
         if retrieval == "inline":
             contributions.append(
                 {"source": "retrieval", "revision": f"q{turn}", "blocks": passages(rng, f"t{turn}")}
@@ -237,10 +255,9 @@ def conversation(seed: int, turns: int, scope: str, retrieval: Retrieval) -> lis
         }
         if retrieval == "webhook":
             body["contributors"] = [{"source": "retrieval", "endpoint": "retrieval"}]
-        bodies.append(orjson.dumps(body))
+        yield orjson.dumps(body)
         answer = {"role": "assistant", "content": prose(rng, 200, f"Answer to turn {turn}.")}
         history = [*history, question, answer]
-    return bodies
 
 
 # --------------------------------------------------------------------------- measuring
@@ -273,12 +290,13 @@ class Server:
         return statistics.median(r.cpu_per_turn for r in self.runs)
 
 
-async def talk(servers: list[Server], bodies: list[bytes]) -> list[Run]:
+async def talk(servers: list[Server], bodies: Iterable[bytes], keep: bool = True) -> list[Run]:
     """One conversation through every server at once: turn after turn, each turn's body is sent
     to each server (over its own keep-alive connection, after its previous answer), starting
     with another server each turn, so that the servers' turns are paired within milliseconds on
     a machine whose speed moves; the CPU of each server's process is read around its turns. A
-    non-200 stops the benchmark."""
+    non-200 stops the benchmark. ``keep``: keep the answers (``growth``'s would weigh some
+    100 MB)."""
     results = [Run() for _ in servers]
     sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in servers]
     try:
@@ -298,7 +316,8 @@ async def talk(servers: list[Server], bodies: list[bytes]) -> list[Run]:
                         )
                 result.wall.append(time.perf_counter() - started)
                 result.cpu.append(cpu_seconds(server.proc.pid) - before)
-                result.answers.append(answer)
+                if keep:
+                    result.answers.append(answer)
     finally:
         for session in sessions:
             await session.close()
@@ -323,11 +342,11 @@ def start_service(label: str, tree: Path | None, folder: Path, config: Path) -> 
     args = ["serve", "--port", str(port), "--config", str(config)]
     env = {"CONTEXT_ASSEMBLY_STORE__PATH": str(folder / f"{label}.db")}
     if tree is None:
-        proc = start([str(BIN / "context-assembly"), *args], port, "/healthz", env=env)
+        proc = start([str(BIN / "context-assembly"), *args], port, env=env)
     else:
         env["PYTHONPATH"] = f"{tree / 'service'}:{tree / 'clients' / 'python' / 'src'}"
         cmd = [sys.executable, "-m", "context_assembly.cli", *args]
-        proc = start(cmd, port, "/healthz", env=env)
+        proc = start(cmd, port, env=env)
     return Server(label, proc, f"http://127.0.0.1:{port}/v1/prepare")
 
 
@@ -336,7 +355,7 @@ def start_uvicorn(app: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes
     port = free_port()
     cmd = [str(BIN / "uvicorn"), app, "--port", str(port), "--log-level", "warning",
            "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-    return start(cmd, port, "/", env={"PYTHONPATH": str(HERE), **env}), port
+    return start(cmd, port, env={"PYTHONPATH": str(HERE), **env}), port
 
 
 def describe(answers: list[bytes]) -> None:
@@ -369,7 +388,7 @@ def converse(
     echo at once (``talk``); prints what each process spent per turn."""
     started = time.perf_counter()
     talks = [
-        conversation(seed, turns, f"{retrieval}-{seed}-{time.time_ns()}", retrieval)
+        list(conversation(seed, turns, f"{retrieval}-{seed}-{time.time_ns()}", retrieval))
         for seed in range(count + 1)
     ]
     print(
@@ -443,10 +462,72 @@ def same(control: Server, server: Server) -> None:
                 raise RuntimeError(f"{server.label} answered turn {turn + 1} unlike the control")
 
 
+def growth(service: Server, echo: Server, count: int) -> None:
+    """How a turn's CPU grows with the conversation's length: ``count`` conversations of
+    ``GROWTH_TURNS[-1]`` turns (a fresh scope each), every turn sent to the service and the echo
+    as ``talk`` does; per conversation, the median CPU of the ``GROWTH_WINDOW`` turns up to each
+    of ``GROWTH_TURNS``, then the median over the conversations. The memory source offers its
+    stable entries and the latest ``GROWTH_NOTES`` notes (at turn 40, the very blocks of
+    ``conversation``), so that what grows is the history and nothing else: at turn 400 the body
+    is some six times that of turn 40, and the echo's own CPU grows with it."""
+    first, last = GROWTH_TURNS[0], GROWTH_TURNS[-1]
+    marks: dict[str, dict[int, list[float]]] = {"service": {}, "echo": {}}
+    started = time.perf_counter()
+    for seed in range(count):
+        scope = f"growth-{seed}-{time.time_ns()}"
+        bodies = conversation(seed, last, scope, "inline", notes=GROWTH_NOTES)
+        for label, run_ in zip(
+            ("service", "echo"), run(talk([service, echo], bodies, keep=False)), strict=True
+        ):
+            for turn in GROWTH_TURNS:
+                window = run_.cpu[turn - GROWTH_WINDOW : turn]
+                marks[label].setdefault(turn, []).append(statistics.median(window))
+    cpu = {label: {t: statistics.median(v) for t, v in m.items()} for label, m in marks.items()}
+    print(
+        f"{count} growing conversations of {last} turns ({time.perf_counter() - started:.0f} s),"
+        f" CPU ms per turn, the median of the {GROWTH_WINDOW} turns up to each:"
+    )
+    for turn in GROWTH_TURNS:
+        s_cpu, e_cpu = cpu["service"][turn], cpu["echo"][turn]
+        print(
+            f"  turn {turn:>4}: service {ms(s_cpu):>6}  stored echo {ms(e_cpu):>6}"
+            f"  ratio {s_cpu / e_cpu:.2f}x"
+        )
+    grown = cpu["service"][last] / cpu["service"][first]
+    echo_grown = cpu["echo"][last] / cpu["echo"][first]
+    print(
+        f"  turn {last} / turn {first}: service {grown:.2f}x (target <= {GROWTH_TARGET}x),"
+        f" stored echo {echo_grown:.2f}x"
+    )
+    report(
+        f"conversation turn {last} / turn {first}, service CPU per turn (one growing conversation)",
+        f"{grown:.2f}x ({ms(cpu['service'][last])} / {ms(cpu['service'][first])} ms)",
+        f"≤ {GROWTH_TARGET}x",
+        grown <= GROWTH_TARGET,
+    )
+    report(
+        f"conversation turn {last} / turn {first}, stored echo CPU per turn (same bodies)",
+        f"{echo_grown:.2f}x ({ms(cpu['echo'][last])} / {ms(cpu['echo'][first])} ms)",
+        "",
+        None,
+    )
+    report(
+        f"conversation turn {last}, service CPU per turn / stored echo CPU per turn",
+        f"{cpu['service'][last] / cpu['echo'][last]:.2f}x (turn {first}:"
+        f" {cpu['service'][first] / cpu['echo'][first]:.2f}x)",
+        "",
+        None,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--conversations", type=int, default=5, help="counted, after a warm-up")
     parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument(
+        "--growth", type=int, default=3, metavar="N",
+        help=f"N growing conversations of {GROWTH_TURNS[-1]} turns (0: none; not in an A/B)",
+    )  # fmt: skip
     parser.add_argument(
         "--retrieval", choices=["inline", "webhook", "both"], default="both",
         help="where the retrieval passages come from (the figure is inline's)",
@@ -501,6 +582,14 @@ def main() -> None:
             for server in servers:
                 stop(server.proc)
                 procs.remove(server.proc)
+        if args.growth and len(trees) == 1:
+            label, tree = trees[0]
+            server = start_service(f"{label}-growth", tree, folder, config)
+            procs.append(server.proc)
+            echo = Server(
+                "stored echo", echo_proc, f"http://127.0.0.1:{echo_port}/v1/prepare-stored"
+            )
+            growth(server, echo, args.growth)
     finally:
         for proc in procs:
             stop(proc)

@@ -75,7 +75,6 @@ def main() -> None:
                     str(workers),
                 ],
                 port,
-                "/healthz",
             )
             url = f"http://127.0.0.1:{port}/v1/prepare"
             try:

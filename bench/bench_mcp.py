@@ -209,11 +209,11 @@ def main() -> None:
             ports = {source: free_port() for source in SOURCES}
             for source, answers in (("mcp_sse", "sse"), ("mcp_json", "json")):
                 cmd = [sys.executable, "bench_mcp.py", "serve-mcp", str(ports[source]), answers]
-                procs.append(start(cmd, ports[source], "/"))
+                procs.append(start(cmd, ports[source]))
             cmd = [str(BIN / "uvicorn"), "bench_mcp:webhook_app", "--port", str(ports["webhook"]),
                    "--log-level", "warning", "--no-access-log",
                    "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-            procs.append(start(cmd, ports["webhook"], "/"))
+            procs.append(start(cmd, ports["webhook"]))
             folder = Path(tmp)
             (folder / "service.toml").write_text(
                 config(folder, ports["mcp_sse"], ports["mcp_json"], ports["webhook"])
@@ -221,7 +221,7 @@ def main() -> None:
             port = free_port()
             cmd = [str(BIN / "context-assembly"), "serve", "--port", str(port),
                    "--config", str(folder / "service.toml")]  # fmt: skip
-            procs.append(start(cmd, port, "/"))
+            procs.append(start(cmd, port))
             sse_url = f"http://127.0.0.1:{ports['mcp_sse']}/mcp"
             latencies = uvloop.run(measure(f"http://127.0.0.1:{port}", sse_url))
         finally:

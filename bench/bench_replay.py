@@ -11,7 +11,10 @@ pooled table, one row per policy, then the figures:
   client's (``last-message 5m``), and the share of calls on which the service read at least as
   much (target ≥ 99% for ``transcript``, the layout made for caching and the adapters' default;
   the others for reference); the cached share against ``theory 5m`` (target: within 2 points);
-- the relative price of every policy (5m and 1h), for reference.
+- the relative price of every policy (5m and 1h), for reference;
+- the compaction settings (``--compaction``, docs/compaction.md) side by side on
+  ``service:transcript split:call 5m`` with the trigger at half the window: the input sent, the
+  cost in uncached-token units and in USD, and the summary calls, against ``off``.
 
 The service counts with its own tokenizer (``--tokenizer auto``: the conservative estimate,
 anchored on the usage reports the replay posts); ``--tokenizer o200k_base`` has it count what the
@@ -33,7 +36,9 @@ from figures import report
 
 from context_assembly.logs import configure_logging
 from context_assembly.replay.command import read_inputs
-from context_assembly.replay.driver import Options, replay
+from context_assembly.replay.conversation import Conversation
+from context_assembly.replay.driver import replay
+from context_assembly.replay.policies import Options
 from context_assembly.replay.report import Totals, pooled, text
 
 HERE = Path(__file__).resolve().parent
@@ -94,6 +99,7 @@ def main() -> int:
             "within 2 points" if held else "—",
             abs(gap) <= 2.0 if held else None,
         )
+    _compaction(conversations, args.tokenizer)
     for label, got in totals.items():
         if label.endswith(" 1h") or ("split:turn" in label):
             continue
@@ -105,6 +111,39 @@ def main() -> int:
             None,
         )
     return 0
+
+
+COMPACTION_TRIGGER = 0.5
+
+
+def _compaction(conversations: list[Conversation], tokenizer: str) -> None:
+    """The compaction settings on the transcript layout, pooled, against ``off``."""
+    options = Options(
+        kinds=("service",),
+        ttls=("5m",),
+        layouts=("transcript",),
+        splits=("call",),
+        tokenizer=tokenizer,
+        compactions=("off", "drop-oldest", "clear", "summary"),
+        trigger=COMPACTION_TRIGGER,
+    )
+    totals = pooled(replay(conversations, options))
+    rows = {
+        label.rsplit("compaction:", 1)[-1] if "compaction:" in label else "off": t
+        for label, t in totals.items()
+    }
+    off = rows["off"]
+    for name, got in rows.items():
+        usd = "—" if got.dollars is None else f"{got.dollars:,.2f} USD"
+        summaries = f", {got.summaries} summary calls" if got.summaries else ""
+        report(
+            f"replay, compaction {name} (transcript split:call 5m, trigger "
+            f"{COMPACTION_TRIGGER:g} of the window): input; cost vs off",
+            f"{got.input_tokens / 1e6:,.1f}M tokens; {got.cost / off.cost:.3f} ({usd}"
+            f"{summaries}); {got.refused} refused",
+            "—",
+            None,
+        )
 
 
 def _price(five: Totals, hour: Totals | None) -> str:

@@ -85,9 +85,8 @@ def free_port() -> int:
         return port
 
 
-def start(
-    cmd: list[str], port: int, ready_path: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
+def start(cmd: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` and return once it accepts connections on ``port``."""
     proc = subprocess.Popen(
         cmd,
         cwd=HERE,
@@ -121,7 +120,7 @@ def start_contributor() -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cmd = [str(BIN / "uvicorn"), "loopback_contributor:app", "--port", str(port), "--log-level", "warning",
            "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-    return start(cmd, port, "/"), port
+    return start(cmd, port), port
 
 
 def start_contributors(
@@ -439,7 +438,6 @@ def main() -> None:
                 str(config),
             ],
             svc_port,
-            "/healthz",
         )
         procs.append(service)
         echo_port = free_port()
@@ -459,7 +457,6 @@ def main() -> None:
                     "httptools",
                 ],
                 echo_port,
-                "/",
                 env={"PYTHONPATH": str(HERE), "ECHO_DB": str(folder / "echo.db")},
             )
         )
@@ -683,7 +680,7 @@ def scale_out(folder: Path, contrib_ports: list[int], fan: bytes) -> None:
     port = free_port()
     cmd = [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config),
            "--workers", "2"]  # fmt: skip
-    service = start(cmd, port, "/healthz")
+    service = start(cmd, port)
     try:
         svc = f"http://127.0.0.1:{port}/v1/prepare"
         lat, errors = run(load(svc, fan, 16, 160))  # both workers' contributor pools grow

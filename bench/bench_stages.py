@@ -121,7 +121,6 @@ def run(n16: int, n1: int) -> None:
                 [sys.executable, str(Path(__file__).resolve()), "--serve-with-timers", "serve", "--port", str(port),
                  "--config", str(config)],
                 port,
-                "/healthz",
                 env={OUT_ENV: str(out)},
             )  # fmt: skip
             url = f"http://127.0.0.1:{port}/v1/prepare"

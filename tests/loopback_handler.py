@@ -78,7 +78,8 @@ class HandlerServer:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
             method, target, _ = lines[0].split(" ", 2)
-            headers = [tuple(p.strip() for p in line.split(":", 1)) for line in lines[1:] if line]
+            fields = (line.partition(":") for line in lines[1:] if line)
+            headers = [(name.strip(), value.strip()) for name, _, value in fields]
             length = next((int(v) for k, v in headers if k.lower() == "content-length"), 0)
             body = await reader.readexactly(length)
             host = next((v for k, v in headers if k.lower() == "host"), "localhost")

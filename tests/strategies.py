@@ -40,7 +40,7 @@ def scenarios(draw: st.DrawFn, max_blocks: int = 14, protected: bool = True) -> 
         source = draw(st.sampled_from(sources))
         block_id = f"b{index}"
         deps: list[str] = []
-        if qids and draw(st.booleans()):
+        if len(qids) > 0 and draw(st.booleans()):
             deps = draw(st.lists(st.sampled_from(qids), max_size=2, unique=True))
         if draw(st.integers(0, 20)) == 0:
             deps.append(f"{source}/ghost{index}")  # a missing dependency

@@ -20,7 +20,7 @@ from context_assembly.core.blocks import parse_timestamp
 from context_assembly.core.fingerprint import digest
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import materialised_inputs, plan_sources
-from context_assembly.engine import cache_minimum, run_assembly, to_response
+from context_assembly.engine import cache_model, run_assembly, to_response
 from context_assembly.errors import InvalidError, ServiceError
 from context_assembly.tokens.registry import ModelRegistry
 from context_assembly.validation import parse_model
@@ -52,15 +52,18 @@ def assemble_bytes(raw: bytes, now: datetime) -> bytes:
     prep_id = "prep_local_" + digest(assembly.fingerprint)[7:31]
     turn = None
     if request.cache is not None:
+        facts = cache_model(request, ctx, registry)
         turn = cache.turn(
             request,
             assembly,
             model=ctx.model,
-            minimum=cache_minimum(request, ctx, registry),
+            minimum=facts.minimum,
             tenant=CLI_TENANT,
             previous_preparation_id=None,
             previous=None,
             key_secret=CLI_CACHE_KEY_SECRET,
+            provider=facts.provider,
+            explicit=facts.explicit,
         )
     response = to_response(
         request, assembly, ctx, preparation_id=prep_id, expires_at=now + CLI_TTL, cache=turn

@@ -17,16 +17,18 @@ marks the counts as including provider-held state (``exact`` false, ``native_his
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from context_assembly.core import compaction
 from context_assembly.core.anchor import Anchor
 from context_assembly.core.assemble import Assembly, assemble_frame
 from context_assembly.core.budget import Capacity, resolve_capacity
-from context_assembly.core.cache import CacheTurn, provider_of
+from context_assembly.core.cache import CacheTurn, Provider, provider_of
 from context_assembly.core.counting import ModelProfile, TokenCounter, count_messages, count_tools
+from context_assembly.core.pricing import PriceRates
 from context_assembly.core.render import OUTPUT_LIMIT_KEYS, output_limit, render_frame
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.result import (
@@ -138,6 +140,8 @@ def run_assembly(
     anchor: Anchor | None = None,
     prior: Prior | None = None,
     calibration: float | None = None,
+    compacted: compaction.Previous | None = None,
+    prices: PriceOf | None = None,
 ) -> tuple[Assembly, ModelContext]:
     """Assemble ``request`` with the given contributed sources at ``now``.
 
@@ -145,20 +149,21 @@ def run_assembly(
     the candidate it was routed to instead of routing again. ``anchor``: the previous turn and
     its provider count (``core/anchor.py``), used where it matches the frame; ``prior``: the
     previous turn of a ``transcript`` (``core/transcript.py``); ``calibration``: the
-    estimate's factor for the request's model (not routed ones).
+    estimate's factor for the request's model (not routed ones); ``compacted``: what the
+    scope's previous turn recorded of its compaction, and ``prices`` each model's rates, for
+    the compaction decision (``core/compaction.py``).
     """
+    turn = _Turn(anchor, prior, compacted, prices)
     local_now = local_time(now, request.timezone)
     if request.models is None:
         ctx = model_context(request, registry, calibration=calibration)
         capacity = resolve_capacity(
             request.max_context_tokens, request.max_context_source, ctx.profile
         )
-        assembly = _assemble(
-            request, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
-        )
+        assembly = _assemble(request, setups, inputs, now, local_now, ctx, capacity, tenant, turn)
     else:
         assembly, ctx = _route(
-            request, setups, inputs, now, local_now, tenant, registry, pin_model, anchor, prior
+            request, setups, inputs, now, local_now, tenant, registry, pin_model, turn
         )
     # The answer names the registry entry its counts and window came from (None: unknown).
     selection = assembly.selection.model_copy(update={"model_entry": ctx.entry})
@@ -174,6 +179,20 @@ def run_assembly(
     return replace(assembly, selection=selection), ctx
 
 
+PriceOf = Callable[[str], PriceRates | None]
+"""A model's rates by its name (``None``: no price)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """What the scope's previous turn lends this assembly (``run_assembly``)."""
+
+    anchor: Anchor | None
+    prior: Prior | None
+    compacted: compaction.Previous | None
+    prices: PriceOf | None
+
+
 def _assemble(
     request: PrepareRequest,
     setups: Sequence[SourceSetup],
@@ -183,8 +202,7 @@ def _assemble(
     ctx: ModelContext,
     capacity: Capacity,
     tenant: str,
-    anchor: Anchor | None = None,
-    prior: Prior | None = None,
+    turn: _Turn,
 ) -> Assembly:
     native = request.native_history
     try:
@@ -199,8 +217,10 @@ def _assemble(
             capacity=capacity,
             exact=ctx.exact and native is None,
             tenant=tenant,
-            anchor=anchor,
-            prior=prior,
+            anchor=turn.anchor,
+            prior=turn.prior,
+            compacted=turn.compacted,
+            price=None if turn.prices is None else turn.prices(ctx.model),
         )
     except ContextOverflowError as err:
         if native is None or "shortfall_tokens" not in err.extensions:
@@ -257,8 +277,7 @@ def _route(
     tenant: str,
     registry: ModelRegistry,
     pin_model: str | None,
-    anchor: Anchor | None = None,
-    prior: Prior | None = None,
+    turn: _Turn,
 ) -> tuple[Assembly, ModelContext]:
     """``first_fit`` over the candidates (or only ``pin_model``)."""
     names = [pin_model] if pin_model is not None else request.candidates
@@ -284,7 +303,7 @@ def _route(
         if candidate.fits:
             routed = request.model_copy(update={"model": name})
             assembly = _assemble(
-                routed, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
+                routed, setups, inputs, now, local_now, ctx, capacity, tenant, turn
             )
             chosen = assembly, ctx
             break
@@ -293,7 +312,7 @@ def _route(
             routed = request.model_copy(update={"model": candidate.model})
             try:
                 assembly = _assemble(
-                    routed, setups, inputs, now, local_now, ctx, capacity, tenant, anchor, prior
+                    routed, setups, inputs, now, local_now, ctx, capacity, tenant, turn
                 )
             except ContextOverflowError:
                 continue
@@ -389,18 +408,21 @@ def to_response(
             source="reserve" if limit == reserve else "model_maximum",
         )
         selection = selection.model_copy(update={"output_limit": report})
+    frame = render_frame(
+        assembly.frame,
+        request.render,
+        ctx.model,
+        limit,
+        cache.directives if cache is not None else None,
+    )
+    if selection.compaction is not None:
+        compaction.add_native(frame, request.render, selection.compaction.native)
     return PrepareResponse(
         preparation_id=preparation_id,
         model=ctx.model,
         layout=request.options.layout,
         render=request.render,
-        frame=render_frame(
-            assembly.frame,
-            request.render,
-            ctx.model,
-            limit,
-            cache.directives if cache is not None else None,
-        ),
+        frame=frame,
         budget=assembly.budget,
         selection=selection,
         fingerprint=assembly.fingerprint,
@@ -419,6 +441,24 @@ def cache_minimum(
     (``core.cache.turn``'s ``minimum``)."""
     provider = provider_of(request.render, ctx.profile.provider)
     return None if provider is None else registry.min_cacheable_prefix(ctx.model, provider)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheModel:
+    """What a cache plan needs of the assembled model (``core.cache.turn``): its minimum
+    cacheable length and the provider whose rules apply (``cache_minimum``), and whether it has
+    OpenAI's explicit breakpoints (the registry's ``explicit_cache_breakpoints``)."""
+
+    minimum: int | None
+    provider: Provider | None
+    explicit: bool
+
+
+def cache_model(request: PrepareRequest, ctx: ModelContext, registry: ModelRegistry) -> CacheModel:
+    """The facts of ``CacheModel`` for the assembled model and the render target."""
+    provider = provider_of(request.render, ctx.profile.provider)
+    minimum = None if provider is None else registry.min_cacheable_prefix(ctx.model, provider)
+    return CacheModel(minimum, provider, registry.explicit_cache_breakpoints(ctx.model))
 
 
 def rfc3339(moment: datetime) -> str:

@@ -2,7 +2,7 @@
 
 ::
 
-    ServiceError
+    ServiceError                   INTERNAL                   500
      ├── InvalidError              CONTEXT_ASSEMBLY_INVALID   422
      ├── AssemblyOverflowError     CONTEXT_ASSEMBLY_OVERFLOW  422
      ├── ContextOverflowError      CONTEXT_OVERFLOW           422
@@ -17,17 +17,22 @@
      ├── PayloadTooLargeError      PAYLOAD_TOO_LARGE          413
      ├── RequestHeadTooLargeError  REQUEST_HEAD_TOO_LARGE     431
      ├── RequestTimeoutError       REQUEST_TIMEOUT            408
-     └── StoreUnavailableError     STORE_UNAVAILABLE          503
+     ├── StoreUnavailableError     STORE_UNAVAILABLE          503
+     └── RecordTooNewError         RECORD_TOO_NEW             503
 
 Errors are plain values: they never hold block text, only ids, field paths, sizes and reasons.
 They become RFC 9457 problem+json in exactly one place (``api/problems.py``; the CLI and the
 connection limits of ``http_limits.py``, which answer before any application runs, use the same
 ``to_problem``).
+
+The classes of this module are the service's problem codes: ``PROBLEM_KINDS`` lists them, and
+the OpenAPI document's ``ProblemCode`` enumerates their codes (``api/problems.py``), which the
+clients' error classes are checked against.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 PROBLEM_TYPE_BASE = "urn:context-assembly:problem:"
 """Each problem's ``type``: this prefix, then its code in lower case with hyphens. A name, not a
@@ -183,3 +188,21 @@ class StoreUnavailableError(ServiceError):
     code = "STORE_UNAVAILABLE"
     title = "Store unavailable"
     status = 503
+
+
+class RecordTooNewError(ServiceError):
+    """A stored preparation written by a newer version of the service, in a shape this version
+    does not read (``preparations/record.py``): a replica of the newer version can answer."""
+
+    code = "RECORD_TOO_NEW"
+    title = "Preparation written by a newer version"
+    status = 503
+
+
+PROBLEM_KINDS: Final[tuple[type[ServiceError], ...]] = tuple(
+    kind
+    for kind in list(globals().values())
+    if isinstance(kind, type) and issubclass(kind, ServiceError)
+)
+"""Every kind of problem the service answers with, one class per code, in the order of the
+hierarchy above (``ServiceError`` itself is ``INTERNAL``: an unexpected failure)."""

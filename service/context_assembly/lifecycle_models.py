@@ -99,6 +99,11 @@ class UsageRequest(Frozen):
     )
 
 
+MissCause = Literal["model", "layout", "tools", "instructions", "history", "expired", "provider"]
+"""Why a main call missed the cache: the first part of the prefix that changed, or the kind of
+the other misses (``CacheMiss``)."""
+
+
 class CostReport(Frozen):
     """What one usage report cost at the model's price, per bucket and in total (USD, rounded
     to 1e-9)."""
@@ -120,6 +125,14 @@ class CostReport(Frozen):
     )
     output: float = Field(description="Generated tokens, reasoning included.")
     total: float = Field(description="The whole report.")
+    # ``None``: a report stored before the figure was kept.
+    miss: float | None = Field(
+        default=None,
+        description="What the call's cache miss cost: `total` less what the call would have "
+        "cost had its `rebilled_tokens` been read from the cache (taken from its cache writes "
+        "first, then from its uncached input). 0 without a miss; `null` for a wrap-up or repair "
+        "call, when `rebilled_tokens` is `null`, or when the price has no cache read rate.",
+    )
     long_context: bool = Field(description="Whether the long-context rates applied.")
     price: str = Field(description="The registry entry whose price applied.")
     price_source: Literal["shipped", "configured"] = Field(
@@ -161,6 +174,25 @@ class Observation(Frozen):
     diagnostics: JsonObject | None = Field(
         default=None,
         description="The provider's cache diagnostics object the report carried (`null`: none).",
+    )
+    # ``None``: a wrap-up or repair call, or a report stored before the figures were kept.
+    miss_cause: MissCause | None = Field(
+        default=None,
+        description="Why this main call read less from the cache than it could have: the "
+        "first part of the prefix that changed from the previous turn's (`model`, `layout`, "
+        "`tools`, `instructions`, `history`), `expired` (the previous turn was older than the "
+        "provider keeps a cached prefix) or `provider` (the provider reported fewer cached "
+        "tokens than expected). `null` without a miss, and for a wrap-up or repair call.",
+    )
+    rebilled_tokens: int | None = Field(
+        default=None,
+        description="Input tokens of this main call that its cache miss billed again: what it "
+        "would have read from the cache without the miss, less what it read (0 without a "
+        "miss). Without the miss means: the expected cached tokens for `provider`; the "
+        "smaller of this turn's and the previous turn's cacheable tokens for `expired`, and "
+        "for a changed prefix when the previous turn was within the cache lifetime. `null` "
+        "for a wrap-up or repair call, and for a preparation stored before the figures were "
+        "kept.",
     )
     # ``None``: no price for the model, or a report stored before costs were kept.
     cost: CostReport | None = Field(
@@ -268,6 +300,13 @@ class NamedChange(Frozen):
     )
 
 
+class TurnCompaction(Frozen):
+    """A timeline turn's compaction decision (`selection.compaction` of its preparation)."""
+
+    decision: str = Field(description="`none`, `compact` or `clear_tool_results`.")
+    reason: str | None = Field(description="Why (`selection.compaction.reason`).")
+
+
 class TimelineTurn(Frozen):
     """One preparation of a timeline: its figures, how its prefix compared with the one before
     (``prefix_kept``/``first_change`` as in ``selection.cache``) and why the cached tokens are
@@ -329,11 +368,30 @@ class TimelineTurn(Frozen):
         description="What the turn's latest main or wrap-up call cost in USD at the model's "
         "price, from its usage report (null: no report, or no price).",
     )
+    rebilled_tokens: int | None = Field(
+        default=None,
+        description="The input tokens the turn's main call paid again because of its miss "
+        "(the usage report's `rebilled_tokens`; 0 without a miss). Null: no usage report, the "
+        "latest one is not of the main call, or the preparation was stored before the figure "
+        "was kept.",
+    )
+    miss_cost: float | None = Field(
+        default=None,
+        description="What the miss cost in USD: what the main call paid less what it would "
+        "have paid had its rebilled_tokens been read from the cache (the usage report's "
+        "`cost.miss`; 0 without a miss). Null: no usage report, the latest one is not of the "
+        "main call, no price (or no cache read rate), or no rebilled_tokens.",
+    )
     miss: CacheMiss | None = Field(
         description="A turn that read less from the cache than it could have: prefix_changed "
         "(the prefix differs from the previous turn's), expired (the previous turn is older "
         "than the provider's cache lifetime) or provider (the provider reported fewer cached "
         "tokens than expected). Null otherwise."
+    )
+    compaction: TurnCompaction | None = Field(
+        default=None,
+        description="The turn's compaction decision (docs/compaction.md); null for a turn "
+        "stored before decisions were recorded.",
     )
 
 
@@ -351,4 +409,8 @@ class Timeline(Frozen):
     cost: float | None = Field(
         default=None,
         description="The cost in USD of the page's turns that have one (null: none has).",
+    )
+    miss_cost: float | None = Field(
+        default=None,
+        description="The miss_cost in USD of the page's turns that have one (null: none has).",
     )

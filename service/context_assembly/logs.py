@@ -46,7 +46,7 @@ class _ToStructlog(logging.Handler):
 
 def frames(exc: BaseException) -> list[str]:
     """Where ``exc`` was raised: module, line and function of each frame of its traceback,
-    outermost first (``context_assembly.api.routes:512 get_preparation``): the ``frames`` of an
+    outermost first (``context_assembly.api.routes.preparations:73 get_preparation``): the ``frames`` of an
     ``unhandled_error`` line (an ``internal_error`` line writes its own the same way). Never the
     exception's message, nor a frame's variables: either can hold what the code was handed (a
     block's text, the input)."""

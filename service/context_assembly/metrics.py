@@ -1,31 +1,42 @@
 """Prometheus metrics of one service process (each app gets its own registry).
 
-Labels carry operations, statuses, reasons and contributor names only: never ids, text or
-tenants' data, and never a value a caller chooses freely. A contributor call is labelled by the
-registered endpoint it went to (the operator's configuration bounds that set), or ``inline`` for
-an inline URL; a request's own source names would let one caller grow the series without bound
-and would show every tenant's names on the unauthenticated ``/metrics``.
+Labels carry operations, statuses, reasons, contributor names and tenant names only: never ids,
+text or tenants' data, and never a value a caller chooses freely. A contributor call is labelled
+by the registered endpoint it went to (the operator's configuration bounds that set), or
+``inline`` for an inline URL; a request's own source names would let one caller grow the series
+without bound and would show every tenant's names on the unauthenticated ``/metrics``.
 
 Two process-wide mechanisms show whether they pay: the token count cache
 (``tokens/counter.py``: hits, misses, entries) and the garbage collector that ``server.tune_gc``
 tunes (prometheus_client's ``python_gc_*`` families, and the objects ``gc.freeze`` set aside).
 A third process-wide counter, ``context_assembly_internal_errors_total``, counts the service's own
 exceptions that a contributor call settled as an ``error`` outcome instead of failing the request.
+
+The usage reports are counted once each, when first recorded (a repeated ``report_id`` is not):
+their cost by tenant and bucket, the input and cached input tokens the providers reported (the
+cache hit ratio is the second over the first), and the input tokens main calls paid again after a
+cache miss, with what that cost, by tenant and cause. Tenants are the configured API keys'
+(``default`` without keys), so the operator's configuration bounds them; past
+``MAX_TENANT_LABELS`` tenants in one process's life (a reload may bring new ones) the rest share
+the label ``OTHER_TENANTS``. Every series of a tenant starts at 0 with its first report, so that
+a rate sees its first increase.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
 
+from context_assembly.core.pricing import BUCKETS
 from context_assembly.core.request import ContributorRef
 from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
+from context_assembly.lifecycle_models import MissCause, Observation
 from context_assembly.tokens.counter import CountCache, shared_count_cache
 
 _LATENCY_BUCKETS = (
@@ -45,6 +56,11 @@ _LATENCY_BUCKETS = (
     30.0,
 )
 _DELTA_BUCKETS = (-10_000, -1_000, -100, -10, -1, 0, 1, 10, 100, 1_000, 10_000)
+
+MAX_TENANT_LABELS: Final = 100
+"""The most tenants one process labels the usage series with; later ones share ``OTHER_TENANTS``."""
+OTHER_TENANTS: Final = "_other"
+_CAUSES: Final[tuple[MissCause, ...]] = get_args(MissCause)
 
 InternalErrorSite = Literal["contribute", "revision"]
 """Where a broad ``except`` settles the service's own exception as a failed outcome:
@@ -169,6 +185,45 @@ class Metrics:
             "MCP sessions open on servers (initialised with an Mcp-Session-Id, not yet ended)",
             registry=self.registry,
         )
+        # Usage reports, once each (``observe_usage``), by tenant.
+        self.usage_cost = Counter(
+            "context_assembly_usage_cost_usd",
+            "USD the usage reports cost at the models' prices, by tenant and bucket",
+            ["tenant", "bucket"],
+            registry=self.registry,
+        )
+        self.usage_reports = Counter(
+            "context_assembly_usage_reports",
+            "Usage reports recorded, by tenant and whether they were priced",
+            ["tenant", "priced"],
+            registry=self.registry,
+        )
+        self.input_tokens = Counter(
+            "context_assembly_usage_input_tokens",
+            "Input tokens the providers reported, cached or not, by tenant",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.cached_tokens = Counter(
+            "context_assembly_usage_cached_input_tokens",
+            "Input tokens the providers reported read from their cache, by tenant",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.rebilled_tokens = Counter(
+            "context_assembly_cache_rebilled_tokens",
+            "Input tokens main calls paid again because of a cache miss, by tenant and cause",
+            ["tenant", "cause"],
+            registry=self.registry,
+        )
+        self.miss_cost = Counter(
+            "context_assembly_cache_miss_cost_usd",
+            "USD main calls paid over reading their rebilled tokens from the cache, by tenant "
+            "and cause",
+            ["tenant", "cause"],
+            registry=self.registry,
+        )
+        self._tenants: set[str] = set()
         # Labelled children, looked up once (``labels()`` validates and locks on every call); as
         # many entries as the families' own label sets, which no code path removes.
         self._decision_children: dict[tuple[str, str], Any] = {}
@@ -227,6 +282,44 @@ class Metrics:
         key = (labels.get(source, "inline"), status)
         child = _child(self._contributor_children, self.contributor_seconds, key)
         child.observe(duration_ms / 1000.0)
+
+    def observe_usage(self, tenant: str, observed: Observation) -> None:
+        """One usage report of ``tenant``, recorded for the first time (never a repeat)."""
+        label = self._tenant_label(tenant)
+        cost = observed.cost
+        self.usage_reports.labels(label, "false" if cost is None else "true").inc()
+        if cost is not None:
+            for bucket in BUCKETS:
+                self.usage_cost.labels(label, bucket).inc(getattr(cost, bucket))
+        if observed.provider_input_tokens is not None:
+            self.input_tokens.labels(label).inc(observed.provider_input_tokens)
+            self.cached_tokens.labels(label).inc(observed.cached_input_tokens or 0)
+        cause = observed.miss_cause
+        if cause is not None:
+            self.rebilled_tokens.labels(label, cause).inc(observed.rebilled_tokens or 0)
+            if cost is not None and cost.miss is not None:
+                self.miss_cost.labels(label, cause).inc(cost.miss)
+
+    def _tenant_label(self, tenant: str) -> str:
+        """``tenant`` as a label (``OTHER_TENANTS`` past ``MAX_TENANT_LABELS``); a new one gets
+        every usage series at 0."""
+        if tenant in self._tenants:
+            return tenant
+        if len(self._tenants) >= MAX_TENANT_LABELS:
+            tenant = OTHER_TENANTS
+            if tenant in self._tenants:
+                return tenant
+        self._tenants.add(tenant)
+        for bucket in BUCKETS:
+            self.usage_cost.labels(tenant, bucket)
+        for priced in ("true", "false"):
+            self.usage_reports.labels(tenant, priced)
+        self.input_tokens.labels(tenant)
+        self.cached_tokens.labels(tenant)
+        for cause in _CAUSES:
+            self.rebilled_tokens.labels(tenant, cause)
+            self.miss_cost.labels(tenant, cause)
+        return tenant
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

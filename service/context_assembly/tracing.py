@@ -70,8 +70,8 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
     from yarl import URL
 
-    from context_assembly.preparations.operations import RecordedUsage
     from context_assembly.preparations.record import Prepared
+    from context_assembly.preparations.usage import RecordedUsage
 
 EXTRA: Final = "context-assembly[otel]"
 SERVICE_NAME: Final = "context-assembly"

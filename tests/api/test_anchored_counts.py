@@ -14,7 +14,7 @@ MODEL = "claude-sonnet-4-5"  # counted with the conservative estimate
 PROSE = "The quarterly report lists revenue by region and the notes explain each change. "
 
 
-def body(history: list[dict[str, Any]], question: str, scope: str, **fields: Any) -> dict:
+def body(history: list[dict[str, Any]], question: str, scope: str, **fields: Any) -> dict[str, Any]:
     return {
         "model": MODEL,
         "instructions": "You are a careful analyst.",
@@ -159,6 +159,30 @@ def test_only_a_count_that_is_surely_over_the_window_is_refused(
     over = client.post("/v1/prepare", json=body(grown, "q2", scope, max_context_tokens=window))
     assert over.status_code == 422
     assert over.json()["code"] == "CONTEXT_OVERFLOW"
+
+
+def test_drop_oldest_that_cannot_free_enough_by_the_estimate_is_not_a_refusal(
+    make_client: AppFactory,
+) -> None:
+    """With `drop_oldest`, an estimate over the window that dropping cannot bring under it (the
+    latest turn alone is over) is taken as without it: not refused while the provider's count
+    may fit, with `estimate_over_window`; the history is not dropped for an estimate."""
+    client = make_client()
+    latest = [{"role": "user", "content": "q: " + PROSE * 60}]
+    first = client.post("/v1/prepare", json=body(latest, "more", secrets.token_hex(4))).json()
+    window = first["budget"]["total_input_tokens"] + 1000 - 200
+    request = body(
+        latest,
+        "more",
+        secrets.token_hex(4),
+        max_context_tokens=window,
+        assembly={"layout": "stable-prefix", "history_policy": {"mode": "drop_oldest"}},
+    )
+    answer = client.post("/v1/prepare", json=request)
+    assert answer.status_code == 200, answer.text
+    got = answer.json()
+    assert [w["code"] for w in got["selection"]["warnings"]] == ["estimate_over_window"]
+    assert got["budget"]["history_dropped_messages"] == 0
 
 
 def test_reports_calibrate_the_estimate_per_model_and_show_in_the_models_list(

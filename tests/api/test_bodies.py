@@ -10,6 +10,7 @@ import pytest
 from api_support import KEYS, AppFactory, basic_request
 
 from context_assembly.api import bodies
+from context_assembly.offload import parse_body
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_bodies_are_parsed_from_the_raw_bytes(
     ``model_validate_json``), not a parsed Python value."""
     client = make_client()
     seen: list[tuple[str, bytes]] = []
-    original = bodies.parse_body
+    original = parse_body
 
     def spy(model: Any, raw: bytes) -> Any:
         seen.append((model.__name__, raw))

@@ -3,6 +3,7 @@ is complete: by the time the app has sent the last part of the body and returned
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -111,16 +112,16 @@ async def test_a_client_gone_before_its_body_is_whole_is_no_error(
     monkeypatch.setattr(middleware, "log", captured)
     app = create_app(load_settings(store={"path": str(tmp_path / "db.db")}))
     metrics: Metrics = app.state.metrics
-    incoming = [
+    incoming: list[dict[str, Any]] = [
         {"type": "http.request", "body": b'{"model": "gpt-4o-', "more_body": True},
         {"type": "http.disconnect"},
     ]
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         return incoming.pop(0)
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     scope = {

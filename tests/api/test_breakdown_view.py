@@ -2,8 +2,9 @@
 file): the parts of the window add up to the capacity and the page says how remaining, data
 and blocks relate; parts are named by what they hold and absent when empty; the cache section
 gives the plan, the previous turn, the first change by name and the cause of the expected and
-reported cached tokens, in HTML and in text; nothing of the request's texts is shown; the
-stylesheet keeps the page within a 360 px screen (checked by eye in a browser as well)."""
+reported cached tokens, in HTML and in text; each usage report's cost per bucket ("no price"
+without one) and what a miss billed again and cost; nothing of the request's texts is shown;
+the stylesheet keeps the page within a 360 px screen (checked by eye in a browser as well)."""
 
 from __future__ import annotations
 
@@ -434,3 +435,85 @@ def test_a_hostile_tool_name_is_shown_escaped(make_client: AppFactory) -> None:
     assert 'first change:     tool "zz\\u202eevil\\nFAKE" added (tools[2])' in text
     html = client.get(path, headers={"Accept": "text/html"}).text
     assert "\u202e" not in html and "zz\\u202eevil\\nFAKE" in html
+
+
+def test_each_report_is_priced_per_bucket_and_a_miss_by_what_it_billed_again(
+    make_client: AppFactory,
+) -> None:
+    """The turn whose tool changed reports 40,000 tokens written for 5 minutes and 100
+    uncached: the cost table gives each bucket and the total as the usage answer has them, with
+    the price that applied; the cache section says what the miss billed again and cost; a
+    repair report of another shape gets a row of its own; the text says the same."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids, _ = _conversation(client, wall)
+    usage = {
+        "input_tokens": 100,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 40_000,
+        "output_tokens": 50,
+    }
+    path = f"/v1/preparations/{ids[2]}/usage"
+    last = ok(client.post(path, json={"report_id": "m", "provider": "anthropic", "usage": usage}))[
+        "accounting"
+    ]["last"]
+    cost = last["cost"]
+    assert last["miss_cause"] == "tools" and last["rebilled_tokens"] > 0
+    _, page, lines = _views(client, ids[2])
+    table = page.table("cost")
+    assert table[0] == [
+        "",
+        "uncached input",
+        "cache read",
+        "cache write 5m",
+        "cache write 1h",
+        "cache write",
+        "output",
+        "total",
+        "price",
+    ]
+    buckets = ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "cache_write")
+    figures = [cost[key] for key in (*buckets, "output", "total")]
+    assert table[1][:8] == ["last", *(f"{v:.9f}".rstrip("0").rstrip(".") for v in figures)]
+    assert table[1][8] == "price claude-sonnet-4-5 (shipped)"
+    assert cost["cache_write_5m"] == pytest.approx(40_000 * 3.75 / 1e6, abs=1e-9)
+    fact = page.facts("cache-facts")["miss cost"]
+    assert fact == (
+        f"cause tools: {last['rebilled_tokens']} input tokens billed again instead of read from "
+        f"the cache, which cost {cost['miss']:.9f}".rstrip("0")
+        + " USD more"
+    )
+    # Fewer than the writes: all of them written again rather than read ($3.75 against $0.30).
+    assert last["rebilled_tokens"] < 40_000
+    assert cost["miss"] == pytest.approx(last["rebilled_tokens"] * 3.45 / 1e6, abs=1e-9)
+    text = "\n".join(lines)
+    assert f"total {cost['total']:.9f}".rstrip("0") + " USD, price claude-sonnet-4-5" in text
+    assert "  cost USD: uncached input " in text
+    assert "  miss cost:" in text
+
+
+def test_a_report_without_a_price_says_so_and_guesses_nothing(make_client: AppFactory) -> None:
+    """A model without a price: the cost row says "no price", in HTML and text, and no figure
+    stands in for it; before any report the page says there is nothing to price."""
+    client = make_client()
+    prep_id = prepare(
+        client, {"model": "gemini-2.5-pro", "input": [{"role": "user", "content": "hi"}]}
+    )["preparation_id"]
+    page = _views(client, prep_id)[1]
+    assert page.text(page.by_id("cost")) == "No usage report yet: nothing to price."
+    usage = {"promptTokenCount": 10, "candidatesTokenCount": 2}
+    payload = {"report_id": "g", "provider": "google", "usage": usage}
+    assert (
+        ok(client.post(f"/v1/preparations/{prep_id}/usage", json=payload))["accounting"]["last"][
+            "cost"
+        ]
+        is None
+    )
+    _, page, lines = _views(client, prep_id)
+    assert page.table("cost")[1] == [
+        "last",
+        "no price: the model has none, or a bucket of the report has no rate",
+    ]
+    assert (
+        "  cost USD: no price: the model has none, or a bucket of the report has no rate" in lines
+    )

@@ -14,6 +14,7 @@ from api_support import AppFactory
 from context_assembly import offload
 from context_assembly.api import bodies
 from context_assembly.core.request import _MESSAGES, MAX_MESSAGES, AssemblyOptions, PrepareRequest
+from context_assembly.engine import run_assembly
 from context_assembly.errors import InvalidError
 from context_assembly.offload import LARGE_BYTES, MOST_BLOCKS, parse_body
 from context_assembly.validation import parse_model
@@ -104,7 +105,7 @@ def test_a_large_body_is_assembled_off_the_event_loop(
     """A body over LARGE_BYTES (here by its trailing whitespace alone: its texts are short) is
     assembled in a worker thread, where no event loop runs; a small one on the loop."""
     seen: list[bool] = []
-    original = offload.run_assembly
+    original = run_assembly
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(not _on_a_loop())
@@ -202,7 +203,7 @@ def test_a_large_body_is_parsed_off_the_event_loop(
     """A body over LARGE_BYTES is parsed (its messages read and validated) in a worker thread;
     a small one on the loop."""
     seen: list[bool] = []
-    original = bodies.parse_body
+    original = parse_body
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         seen.append(not _on_a_loop())

@@ -189,7 +189,7 @@ class TestRefreshRepair:
 
         client, body = _hooked(make_client, handler)
         prep = _prepare(client, body)
-        preparations = client.app.state.preparations  # type: ignore[attr-defined]
+        preparations = client.app.state.preparations
         app_state.update(
             store=preparations.store, id=prep["preparation_id"], now=preparations.clock.wall
         )
@@ -228,7 +228,7 @@ class TestRefreshRepair:
             )
 
         client, body = _hooked(make_client, handler)
-        preparations = client.app.state.preparations  # type: ignore[attr-defined]
+        preparations = client.app.state.preparations
         app_state.update(store=preparations.store, now=preparations.clock.wall)
         prep = _prepare(client, body)
         edited = {**body, "input": [{"role": "user", "content": "Inspect receipt A42, briefly."}]}
@@ -414,8 +414,8 @@ class TestUsage:
         assert repeat.status_code == 200 and repeat.json() == answers[1].json()
 
     def test_counts_adding_up_past_max_count_are_refused(self, make_client: AppFactory) -> None:
-        """Anthropic parts whose sum is past 2^53 - 1 (once past 64 bits: a 500 at the store)
-        answer 422 naming the usage object."""
+        """Anthropic parts whose sum is past 2^53 - 1 (here past 64 bits, more than the store
+        can write) answer 422 naming the usage object."""
         client = make_client()
         prep = _prepare(client)
         usage = {"input_tokens": 2**64 - 1, "cache_read_input_tokens": 10}
@@ -586,8 +586,8 @@ def test_an_answer_breaking_a_rule_alone_is_invalid_not_the_whole_prepare(
     make_client: AppFactory, blocks: list[dict[str, Any]], rule: str
 ) -> None:
     """A cycle among one contributor's own blocks, or more blocks than max_blocks from it
-    alone, is that answer's fault: under omit the source is 'invalid' and the others enter
-    (once the whole prepare answered 422)."""
+    alone, is that answer's fault: under omit the source is 'invalid' and the others enter;
+    the prepare is not a 422."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"revision": "r1", "blocks": blocks})

@@ -30,9 +30,9 @@ def written(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.BytesIO]:
         structlog.configure(**before)
 
 
-def _fails_holding_text(frame: dict[str, object]) -> None:
+def _fails_holding_text(frame: dict[str, list[dict[str, str]]]) -> None:
     messages = frame["messages"]
-    raise ValueError(f"bookkeeping failed on {len(messages)} messages")  # type: ignore[arg-type]
+    raise ValueError(f"bookkeeping failed on {len(messages)} messages")
 
 
 def test_an_exception_line_has_its_traceback_without_the_frames_locals(

@@ -1,7 +1,9 @@
 """Metrics: decisions by status and reason, contributor calls by contributor (the registered
 endpoint, or ``inline``) and status (webhook sources only), prepares by operation and status,
 failed ones included, counted exactly; the token count cache and the garbage collector as the
-process reports them; and, through the app, a label set that no request can grow."""
+process reports them; through the app, a label set that no request can grow; and each usage
+report counted once by tenant (cost by bucket, input and cached tokens, the tokens a cache miss
+billed again and their cost by cause), with at most ``MAX_TENANT_LABELS`` tenants labelled."""
 
 from __future__ import annotations
 
@@ -10,11 +12,14 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
-from api_support import AppFactory, basic_request
+import pytest
+from api_support import KEYS, AppFactory, FakeWall, basic_request
+from page_support import new_scope, next_history, tool, turn_body
 from prometheus_client.parser import text_string_to_metric_families
 
 from context_assembly.core.request import ContributorRef
-from context_assembly.metrics import Metrics
+from context_assembly.lifecycle_models import Observation
+from context_assembly.metrics import MAX_TENANT_LABELS, OTHER_TENANTS, Metrics
 from context_assembly.server import tune_gc
 from context_assembly.tokens.counter import CachedCounter, CountCache
 from context_assembly.tokens.estimate import EstimateCounter
@@ -218,3 +223,126 @@ def test_failed_prepares_are_in_the_metrics(make_client: AppFactory) -> None:
     assert _series(client, "context_assembly_contributor_seconds") == {
         (("source", "hook"), ("status", "error")),
     }
+
+
+def _usage_samples(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for sample in family.samples
+        if sample.name.startswith(("context_assembly_usage_", "context_assembly_cache_"))
+        and not sample.name.endswith("_created")
+    }
+
+
+def _post_usage(
+    client: Any, key: str, prep_id: str, report_id: str, provider: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    payload = {"report_id": report_id, "provider": provider, "usage": usage}
+    response = client.post(
+        f"/v1/preparations/{prep_id}/usage", json=payload, headers={"X-API-Key": key}
+    )
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()["accounting"]["last"]
+    return answer
+
+
+def test_usage_reports_count_cost_tokens_and_misses_by_tenant_once_each(
+    make_client: AppFactory,
+) -> None:
+    """A priced report adds its cost to each bucket of its tenant and its input and cached
+    tokens to the hit ratio's counters; the same report_id again adds nothing; a report
+    without a price counts as unpriced; a main call that missed the cache adds the tokens it
+    billed again, and their cost, under its cause. Every series of a tenant starts at 0."""
+    wall = FakeWall()
+    client = make_client(auth=True, wall=wall)
+    acme, globex = KEYS["acme"], KEYS["globex"]
+    headers = {"X-API-Key": acme}
+    body = turn_body(new_scope())
+    ids = []
+    for number in range(1, 3):
+        if number == 2:
+            body = {**body, "tools": [tool("search", 210), tool("fetch")]}
+        wall.now += 60
+        answer = client.post("/v1/prepare", json=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        ids.append(answer.json()["preparation_id"])
+        body = next_history(body, number)
+    usage = {
+        "input_tokens": 1234,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 6500,
+        "cache_creation": {"ephemeral_5m_input_tokens": 2500, "ephemeral_1h_input_tokens": 4000},
+        "output_tokens": 789,
+    }
+    first = _post_usage(client, acme, ids[0], "a", "anthropic", usage)
+    read = {**usage, "cache_read_input_tokens": 100}
+    second = _post_usage(client, acme, ids[1], "b", "anthropic", read)
+    again = _post_usage(client, acme, ids[1], "b", "anthropic", read)
+    assert again == second and second["miss_cause"] == "tools" and second["rebilled_tokens"] > 0
+    gemini = client.post(
+        "/v1/prepare",
+        json={"model": "gemini-2.5-pro", "input": [{"role": "user", "content": "hi"}]},
+        headers={"X-API-Key": globex},
+    ).json()["preparation_id"]
+    unpriced = {"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 2}
+    _post_usage(client, globex, gemini, "g", "google", unpriced)
+    samples = _usage_samples(client)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    cost = "context_assembly_usage_cost_usd_total"
+    for bucket in ("uncached_input", "cache_read", "cache_write_5m", "cache_write_1h", "output"):
+        spent = first["cost"][bucket] + second["cost"][bucket]
+        assert value(cost, tenant="acme", bucket=bucket) == pytest.approx(spent, abs=1e-12)
+        assert value(cost, tenant="globex", bucket=bucket) == 0
+    assert value(cost, tenant="acme", bucket="cache_write_1h") > 0
+    reports = "context_assembly_usage_reports_total"
+    assert value(reports, tenant="acme", priced="true") == 2
+    assert value(reports, tenant="acme", priced="false") == 0
+    assert value(reports, tenant="globex", priced="false") == 1
+    inputs = "context_assembly_usage_input_tokens_total"
+    cached = "context_assembly_usage_cached_input_tokens_total"
+    assert value(inputs, tenant="acme") == 2 * (1234 + 6500) + 100
+    assert value(cached, tenant="acme") == 100
+    assert (value(inputs, tenant="globex"), value(cached, tenant="globex")) == (10, 4)
+    rebilled = "context_assembly_cache_rebilled_tokens_total"
+    miss_cost = "context_assembly_cache_miss_cost_usd_total"
+    assert value(rebilled, tenant="acme", cause="tools") == second["rebilled_tokens"]
+    assert value(miss_cost, tenant="acme", cause="tools") == pytest.approx(
+        second["cost"]["miss"], abs=1e-12
+    )
+    causes = ("model", "layout", "tools", "instructions", "history", "expired", "provider")
+    assert {labels for name, labels in samples if name == rebilled} == {
+        (("cause", c), ("tenant", t)) for c in causes for t in ("acme", "globex")
+    }
+    assert (
+        sum(v for (name, _), v in samples.items() if name == rebilled)
+        == (second["rebilled_tokens"])
+    )
+
+
+def test_tenants_past_the_bound_share_one_label() -> None:
+    """A process labels at most ``MAX_TENANT_LABELS`` tenants; the later ones are counted
+    together under ``OTHER_TENANTS``, so that no number of tenants grows the series further."""
+    metrics = Metrics()
+    observed = Observation.model_validate(
+        {"provider": "openai", "call": "main", "report_id": "r", "observed_at": "now",
+         "provider_input_tokens": 10, "input_token_delta": 0, "cached_input_tokens": 4,
+         "cache_creation_input_tokens": None, "output_tokens": 1}
+    )  # fmt: skip
+    for index in range(MAX_TENANT_LABELS + 5):
+        metrics.observe_usage(f"tenant-{index}", observed)
+    metrics.observe_usage("tenant-0", observed)
+    samples = _samples(metrics)
+    tenants = {
+        dict(labels)["tenant"]
+        for name, labels in samples
+        if name == "context_assembly_usage_input_tokens_total"
+    }
+    assert len(tenants) == MAX_TENANT_LABELS + 1 and OTHER_TENANTS in tenants
+    inputs = "context_assembly_usage_input_tokens_total"
+    assert samples[(inputs, (("tenant", OTHER_TENANTS),))] == 5 * 10
+    assert samples[(inputs, (("tenant", "tenant-0"),))] == 2 * 10
+    assert (inputs, (("tenant", f"tenant-{MAX_TENANT_LABELS}"),)) not in samples

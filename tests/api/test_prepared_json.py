@@ -48,7 +48,7 @@ def test_the_answer_and_the_record_are_the_models_json(case: dict[str, Any]) -> 
     expected = orjson.loads(response.model_dump_json())
     assert orjson.loads(prepared.body) == expected
     del expected["frame"]
-    stored = orjson.loads(orjson.dumps(prepared.stored))  # as a store writes and reads it
+    stored = orjson.loads(orjson.dumps(prepared.stored.dump()))  # as a store writes and reads it
     assert stored == expected
     assert StoredResponse.model_validate(stored).model_dump(mode="json") == expected
     # The decisions the metrics count are those of the answer.
@@ -74,8 +74,8 @@ def test_a_record_of_128_blocks_reads_back_whole(make_client: Any) -> None:
     client = make_client()
     answer = client.post("/v1/prepare", json=body).json()
     prep_id = answer["preparation_id"]
-    store = client.app.state.preparations.store  # type: ignore[attr-defined]
-    record = client.portal.call(store.get, "default", prep_id, 0.0)  # type: ignore[attr-defined]
+    store = client.app.state.preparations.store
+    record = client.portal.call(store.get, "default", prep_id, 0.0)
     assert "frame" not in record.data["response"]
     assert record.data["response"]["selection"]["blocks"] == answer["selection"]["blocks"]
     view = client.get(f"/v1/preparations/{prep_id}").json()

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import httpx
+import httpx2
 import orjson
 import pytest
 from api_support import AppFactory, FakeWall, basic_request, neutral_frame
@@ -51,13 +52,13 @@ def native_request(**overrides: Any) -> dict[str, Any]:
     return body
 
 
-def _ok(response: httpx.Response) -> dict[str, Any]:
+def _ok(response: httpx2.Response) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     data: dict[str, Any] = response.json()
     return data
 
 
-def _problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+def _problem(response: httpx2.Response, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/problem+json"
     body: dict[str, Any] = response.json()

@@ -7,7 +7,7 @@ answer's source reports, in the stored view, on the breakdown page (HTML and tex
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import httpx
@@ -84,7 +84,7 @@ def registrations(hanging_port: int, refused_port: int) -> Iterator[dict[str, An
 
 
 @pytest.fixture
-def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+def captured(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[MutableMapping[str, Any]]]:
     """The log lines of the contributor calls, as structlog's event dicts."""
     with structlog.testing.capture_logs() as lines:
         # A fresh logger: one bound before (under a configuration that caches it) would not
@@ -102,7 +102,7 @@ def _request() -> dict[str, Any]:
 
 
 def test_an_omitted_contributor_reports_its_cause_everywhere(
-    make_client: AppFactory, registrations: dict[str, Any], captured: list[dict[str, Any]]
+    make_client: AppFactory, registrations: dict[str, Any], captured: list[MutableMapping[str, Any]]
 ) -> None:
     client = make_client(contributors=registrations)
     response = client.post("/v1/prepare", json=_request())

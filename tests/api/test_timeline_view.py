@@ -2,7 +2,8 @@
 prefix changed; the provider did not cache what it could) and an expired cache marked apart in
 the JSON, the text and the SVG chart, the first change by name; a chart as wide as the page
 with axes, a token scale and turn numbers; pages of 50 turns with links to older and newer
-ones; and the reason of each expected figure held to the figure itself."""
+ones; the reason of each expected figure held to the figure itself; and the cost chart (each
+turn's cost, the part its miss cost, the running total)."""
 
 from __future__ import annotations
 
@@ -283,7 +284,7 @@ def test_a_before_out_of_range_is_a_422_naming_it(make_client: AppFactory, befor
     assert "before" in response.text
 
 
-_REPORT = {
+_REPORT: dict[str, Any] = {
     "previous_preparation_id": "prep_a",
     "first_change": None,
     "breakpoints": [],
@@ -448,3 +449,78 @@ def test_the_pages_send_a_policy_that_runs_no_script(make_client: AppFactory) ->
         assert "default-src 'none'" in policy and "script-src" not in policy
         assert "frame-ancestors 'none'" in policy
         assert "<script" not in answer.text.lower()
+
+
+def test_the_cost_chart_shows_each_turns_cost_its_miss_and_the_running_total(
+    make_client: AppFactory,
+) -> None:
+    """Below the token chart, a bar per priced turn as tall as its cost on a USD scale, the
+    part its miss cost on top in the miss's colour (turns 3 and 5, which billed again the 100
+    input tokens they did not read), and a point per turn at the running total on a scale of
+    its own; the table, the text and the sentence under the chart give the same figures."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = _six_turns(client, wall)
+    data, page, text = _timeline(client, ids[-1])
+    rows = data["turns"]
+    costs = [t["cost"] for t in rows]
+    assert all(c > 0 for c in costs)
+    assert [t["rebilled_tokens"] for t in rows] == [0, 0, 100, 0, 100, 0]
+    per_miss = 100 * (3 - 0.30) / 1e6  # uncached input instead of cache reads, Sonnet 4.5
+    assert [t["miss_cost"] for t in rows] == pytest.approx([0, 0, per_miss, 0, per_miss, 0])
+    assert data["miss_cost"] == pytest.approx(2 * per_miss, abs=1e-9)
+    chart = page.by_id("cost-chart")
+    bars = [e for e in page.inside(chart, "rect") if "cost-bar" in e.cls()]
+    ticks = [page.text(e) for e in page.inside(chart, "text") if "cost-scale" in e.cls()]
+    top = float(ticks[-1])
+    assert top >= max(costs) > top - float(ticks[0])
+    assert [float(b.attrs["height"]) for b in bars] == pytest.approx(
+        [1000 * c / top for c in costs], abs=1e-3
+    )
+    parts = [e for e in page.inside(chart, "rect") if "miss-part" in e.cls()]
+    assert [(e.cls() - {"miss-part"}).pop() for e in parts] == ["prefix_changed", "provider"]
+    assert [float(e.attrs["height"]) for e in parts] == pytest.approx(
+        [1000 * per_miss / top] * 2, abs=1e-3
+    )
+    assert {e.attrs["fill"] for e in parts} == {
+        timeline.MISS_COLOUR["prefix_changed"],
+        timeline.MISS_COLOUR["provider"],
+    }
+    points = [e for e in page.inside(chart, "circle") if "total-point" in e.cls()]
+    running = [sum(costs[: n + 1]) for n in range(len(costs))]
+    assert [page.text(p) for p in points] == [
+        f"after turn {n + 1}: {total:.4f} USD so far" for n, total in enumerate(running)
+    ]
+    heights = [float(p.attrs["cy"]) for p in points]
+    assert heights == sorted(heights, reverse=True)  # the total only grows: each point higher
+    totals = [page.text(e) for e in page.inside(chart, "text") if "total-scale" in e.cls()]
+    assert float(totals[-1]) >= running[-1]
+    lines = [e for e in page.inside(chart, "line") if "total" in e.cls()]
+    assert len(lines) == len(rows) - 1
+    assert [page.text(e) for e in page.inside(chart, "text") if "cost-number" in e.cls()] == [
+        str(n) for n in range(1, 7)
+    ]
+    assert page.text(page.by_id("cost")) == (
+        f"These turns cost {sum(costs):.4f} USD, of which {2 * per_miss:.4f} USD is what their "
+        "cache misses cost over reading the same tokens from the cache."
+    )
+    table = page.table("turns")
+    column = table[0].index("miss cost (USD)")
+    assert [r[column] for r in table[1:]] == [f"{t['miss_cost']:.4f}" for t in rows]
+    assert f"cost of their cache misses: {2 * per_miss:.4f} USD" in text.splitlines()
+    heading, *turn_lines = text.splitlines()[1:8]
+    assert "  cost USD   miss USD  compaction " in heading
+    assert [ln.split()[7:9] for ln in turn_lines] == [
+        [f"{t['cost']:.4f}", f"{t['miss_cost']:.4f}"] for t in rows
+    ]
+
+
+def test_a_page_without_a_cost_draws_no_cost_chart(make_client: AppFactory) -> None:
+    """Without a usage report there is nothing to chart: no sentence, no cost chart."""
+    wall = FakeWall()
+    client = make_client(wall=wall)
+    ids = converse(client, wall, turn_body(new_scope()), 2)
+    data, page, text = _timeline(client, ids[-1])
+    assert data["cost"] is None and data["miss_cost"] is None
+    assert not any(e.attrs.get("id") in ("cost", "cost-chart") for e in page.elements)
+    assert "cost of" not in text

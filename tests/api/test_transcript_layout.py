@@ -115,7 +115,11 @@ def test_the_plan_marks_the_previous_end_and_the_new_end(make_client: AppFactory
     client = make_client()
     scope = secrets.token_hex(4)
     long = "You are a careful agent. " * 400
-    fields = {"model": "claude-sonnet-4-5", "render": "neutral", "cache": {"breakpoints": True}}
+    fields: dict[str, Any] = {
+        "model": "claude-sonnet-4-5",
+        "render": "neutral",
+        "cache": {"breakpoints": True},
+    }
     first = ok(client, turn([], [user("Hello.")], scope, instructions=long, **fields))
     second = ok(
         client,

@@ -167,7 +167,8 @@ def _raw(fields: bytes) -> bytes:
 def test_non_finite_numbers_are_refused_not_written_as_null(
     make_client: AppFactory, field: str, fields: bytes
 ) -> None:
-    """Once a 200 whose frame said ``"x": null`` where the caller sent NaN."""
+    """NaN or Infinity in a body is a 422 naming the field, never a 200 whose frame says
+    ``"x": null`` where the caller sent it."""
     client = make_client()
     headers = {"content-type": "application/json"}
     response = client.post("/v1/prepare", content=_raw(fields), headers=headers)

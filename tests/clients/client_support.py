@@ -64,7 +64,9 @@ async def async_client_for(
 def sync_client_for(app: FastAPI, *, api_key: str | None = None) -> Iterator[Client]:
     """A ``Client`` sending through Starlette's ``TestClient`` (which runs the lifespan)."""
     with TestClient(app, base_url=BASE) as test_client:
-        with Client(BASE, api_key=api_key, http_client=test_client) as client:
+        # Starlette's TestClient is an httpx2.Client, which sends as the httpx.Client that
+        # ``http_client`` is declared as.
+        with Client(BASE, api_key=api_key, http_client=test_client) as client:  # type: ignore[arg-type]
             yield client
 
 

@@ -15,7 +15,11 @@ import orjson
 import pytest
 from context_assembly_client import _exceptions, _models, types
 from context_assembly_client._base import OPERATIONS
-from context_assembly_client.contributor import ContributionAnswer
+from context_assembly_client.contributor import (
+    ContributePacket,
+    ContributionAnswer,
+    RevisionPacket,
+)
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypeAliasType
 
@@ -67,6 +71,13 @@ def operation_schemas(part: str, operations: list[dict[str, Any]]) -> set[str]:
 ALL_OPERATIONS = [op for path in DOCUMENT["paths"].values() for op in path.values()]
 REQUEST_SCHEMAS = operation_schemas("requestBody", ALL_OPERATIONS)
 RESPONSE_SCHEMAS = operation_schemas("responses", ALL_OPERATIONS)
+# The contributor protocol (``webhooks``): the packets the service sends, and what it takes back.
+WEBHOOKS = [op for hook in DOCUMENT["webhooks"].values() for op in hook.values()]
+PACKET_SCHEMAS = operation_schemas("requestBody", WEBHOOKS) - REQUEST_SCHEMAS
+ANSWER_SCHEMAS = operation_schemas("responses", WEBHOOKS) - REQUEST_SCHEMAS
+# The schemas that are objects, each a model (``ProblemCode``, a set of strings, is not one).
+OBJECTS = {name for name, schema in SCHEMAS.items() if schema.get("type") == "object"}
+PROBLEM_CODES: list[str] = SCHEMAS["ProblemCode"]["enum"]
 
 
 def reachable_schemas() -> set[str]:
@@ -110,17 +121,31 @@ class TestGeneratedModels:
         assert set(client_models()) - set(SCHEMAS) == set()
 
     def test_every_schema_the_operations_use_is_exported(self) -> None:
-        """Every schema reachable from an operation the client calls has a model in ``types``."""
-        assert reachable_schemas() - set(client_models()) == set()
+        """Every object schema reachable from an operation the client calls, or from the
+        contributor protocol, has a model in ``types``."""
+        used = (reachable_schemas() | PACKET_SCHEMAS | ANSWER_SCHEMAS) & OBJECTS
+        assert used - set(client_models()) == set()
 
     def test_request_and_response_schemas_are_apart(self) -> None:
-        """Each schema belongs to request bodies or to answers, never both: one kind of model."""
-        assert REQUEST_SCHEMAS & RESPONSE_SCHEMAS == set()
-        assert REQUEST_SCHEMAS | RESPONSE_SCHEMAS == set(SCHEMAS)
+        """Each schema belongs to request bodies, to answers, to the packets the service sends a
+        contributor or to a contributor's answers: one kind of model."""
+        kinds = [REQUEST_SCHEMAS, RESPONSE_SCHEMAS, PACKET_SCHEMAS, ANSWER_SCHEMAS]
+        assert sum(len(kind) for kind in kinds) == len(set(SCHEMAS))
+        assert set().union(*kinds) == set(SCHEMAS)
 
-    @pytest.mark.parametrize("name", sorted(RESPONSE_SCHEMAS))
+    def test_the_contributor_protocol_is_in_the_webhooks(self) -> None:
+        """The document's ``webhooks`` hold the three packets the service sends, each with the
+        answer it takes back; the contributor helper serves those models."""
+        assert PACKET_SCHEMAS == {"ContributePacket", "RevisionPacket", "SummarizePacket"}
+        assert ANSWER_SCHEMAS == {"ContributorAnswer", "RevisionAnswer", "SummaryAnswer"}
+        assert issubclass(ContributePacket, types.ContributePacket)
+        assert RevisionPacket is types.RevisionPacket
+        assert issubclass(ContributionAnswer, types.ContributorAnswer)
+
+    @pytest.mark.parametrize("name", sorted((RESPONSE_SCHEMAS | PACKET_SCHEMAS) & OBJECTS))
     def test_response_models_are_frozen_and_open(self, name: str) -> None:
-        """A model of an answer is frozen and keeps members it does not know."""
+        """A model of an answer, or of a packet the service sends, is frozen and keeps members it
+        does not know."""
         config = getattr(_models, name).model_config
         assert (config.get("frozen"), config.get("extra")) == (True, "allow"), (
             f"add {name} to [tool.datamodel-codegen.extra-template-data] in "
@@ -237,34 +262,37 @@ class TestExports:
         assert (Path(context_assembly_client.__file__).parent / "py.typed").is_file()
 
 
-PROBLEM_CODES = [
-    ("CONTEXT_ASSEMBLY_INVALID", 422, "InvalidRequestError"),
-    ("CONTEXT_ASSEMBLY_OVERFLOW", 422, "AssemblyOverflowError"),
-    ("CONTEXT_OVERFLOW", 422, "ContextOverflowError"),
-    ("CONTEXT_ASSEMBLY_TIMEOUT", 504, "AssemblyTimeoutError"),
-    ("CONTEXT_ASSEMBLY_STALE", 409, "StaleError"),
-    ("CONTRIBUTOR_FAILED", 502, "ContributorFailedError"),
-    ("CONTRIBUTOR_URL_REJECTED", 422, "ContributorUrlRejectedError"),
-    ("UNAUTHENTICATED", 401, "AuthenticationError"),
-    ("NOT_FOUND", 404, "NotFoundError"),
-    ("BAD_REQUEST", 400, "BadRequestError"),
-    ("PAYLOAD_TOO_LARGE", 413, "PayloadTooLargeError"),
-    ("STORE_UNAVAILABLE", 503, "StoreUnavailableError"),
-]
+def status_classes() -> dict[str, type[_exceptions.APIStatusError]]:
+    """The error classes of the client that name a problem code, by that code."""
+    found = {
+        obj.expected_code: obj
+        for obj in vars(_exceptions).values()
+        if isinstance(obj, type) and issubclass(obj, _exceptions.APIStatusError)
+    }
+    return {code: cls for code, cls in found.items() if code is not None}
 
 
 class TestMakeStatusError:
-    @pytest.mark.parametrize(("code", "status", "cls"), PROBLEM_CODES)
-    def test_each_code_has_its_class(self, code: str, status: int, cls: str) -> None:
-        """A problem+json body with a service code becomes that code's class, with the parsed problem."""
-        body = {"type": "t", "title": "x", "status": status, "detail": "why", "code": code}
+    def test_the_classes_are_the_codes_of_the_document(self) -> None:
+        """One class per code of the document's ``ProblemCode`` (the service's error classes),
+        none for a code it does not have; the generated ``Problem`` names the same codes."""
+        assert sorted(status_classes()) == sorted(PROBLEM_CODES)
+        generated = plain(_models.Problem.model_fields["code"].annotation)
+        literal = next(arm for arm in get_args(generated) if get_args(arm))
+        assert sorted(get_args(literal)) == sorted(PROBLEM_CODES)
+
+    @pytest.mark.parametrize("code", PROBLEM_CODES)
+    def test_each_code_has_its_class(self, code: str) -> None:
+        """A problem+json body with a code of the document becomes the class that names the
+        code, with the parsed problem (418: a status no class stands for, so the code chooses)."""
+        body = {"type": "t", "title": "x", "status": 418, "detail": "why", "code": code}
         response = httpx.Response(
-            status, json=body, headers={"content-type": "application/problem+json"}
+            418, json=body, headers={"content-type": "application/problem+json"}
         )
         err = _exceptions.make_status_error(response)
-        assert type(err).__name__ == cls
-        assert (err.status_code, err.code, err.problem, err.detail) == (status, code, body, "why")
-        assert str(err) == f"{status} {code}: why"
+        assert type(err) is status_classes()[code]
+        assert (err.status_code, err.code, err.problem, err.detail) == (418, code, body, "why")
+        assert str(err) == f"418 {code}: why"
 
     def test_builtin_timeout_is_not_shadowed(self) -> None:
         """The service-timeout class is not the builtin TimeoutError, nor one of its subclasses."""

@@ -168,8 +168,8 @@ def _user(text: str) -> dict[str, Any]:
 
 def expected_output_limit(body: dict[str, Any], model_maximum: int) -> int:
     """The output limit a frame carries: the budget's reserve, at most the model's maximum."""
-    reserve = body.get("response_reserve", 4096)
-    reserve += body.get("assembly", {}).get("reasoning_reserve_tokens", 0)
+    reserve = int(body.get("response_reserve", 4096))
+    reserve += int(body.get("assembly", {}).get("reasoning_reserve_tokens", 0))
     return min(reserve, model_maximum)
 
 

@@ -326,8 +326,8 @@ def _check(expect: dict[str, Any], http_status: int, body: dict[str, Any]) -> No
         else:
             assert routing is not None, "the answer was not routed"
             assert routing["chosen"] == expect["routing"]["chosen"], routing
-            got = [f"{c['model']}/{c['reason']}" for c in routing["candidates"]]
-            assert got == expect["routing"]["candidates"], routing
+            candidates = [f"{c['model']}/{c['reason']}" for c in routing["candidates"]]
+            assert candidates == expect["routing"]["candidates"], routing
     if expect.get("invariants", True) and "selection" in body and "budget" in body:
         _check_invariants(body)
 

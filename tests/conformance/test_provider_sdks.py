@@ -288,3 +288,118 @@ def test_a_provider_shaped_conversation_renders_to_what_its_sdk_declares(
     check_frame(render, frame)
     send(sdks, render, body["model"], frame, stream=False)
     assert _as_sent(render, sdks.double.last()) == _as_sent(render, frame)
+
+
+# ----------------------------------------------------------------------------- newer cache rules
+
+NEWER_CACHE = [
+    pytest.param(
+        "openai-chat",
+        "gpt-5.6-sol",
+        {"breakpoints": True, "mode": "explicit", "key": "auto"},
+        id="openai-chat-explicit",
+    ),
+    pytest.param(
+        "openai-responses",
+        "gpt-5.6-sol",
+        {"breakpoints": True, "diagnostics": True},
+        id="openai-responses-implicit-diagnostics",
+    ),
+    pytest.param(
+        "openai-responses",
+        "gpt-5.6-luna",
+        {"breakpoints": True, "mode": "explicit", "diagnostics": True},
+        id="openai-responses-explicit-diagnostics",
+    ),
+    pytest.param(
+        "anthropic",
+        "claude-sonnet-4-5",
+        {"breakpoints": True, "automatic": True, "instructions_ttl": "1h", "diagnostics": True},
+        id="anthropic-automatic-mixed-ttl-diagnostics",
+    ),
+]
+
+
+def _second_turn(service: TestClient, render: str, model: str, cache: dict[str, Any]) -> Any:
+    """The second turn of a conversation whose first turn's usage report named a response id,
+    in the transcript layout (where every directive of the plan can appear)."""
+    body = prepare_body(render, "cache")
+    body.update(
+        model=model,
+        cache=cache,
+        scope={"task_id": f"sdk-{render}-{model}-{len(cache)}"},
+        assembly={"layout": "transcript"},
+    )
+    first = prepare(service, body)
+    response_id = {"anthropic": "msg_01sdk", "openai-responses": "resp_sdk"}.get(render, "c-1")
+    report = {
+        "report_id": "r1",
+        "provider": "anthropic" if render == "anthropic" else "openai",
+        "usage": {"input_tokens": 10, "output_tokens": 1}
+        if render != "openai-chat"
+        else {"prompt_tokens": 10, "completion_tokens": 1},
+        "response_id": response_id,
+    }
+    usage = service.post(f"/v1/preparations/{first['preparation_id']}/usage", json=report)
+    assert usage.status_code == 200, usage.text
+    body["history"] = [*body["history"], *body["input"], {"role": "assistant", "content": "Done."}]
+    body["input"] = [{"role": "user", "content": "And now?"}]
+    return prepare(service, body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize(("render", "model", "cache"), NEWER_CACHE)
+def test_newer_cache_directives_are_what_the_sdks_declare(
+    service: TestClient,
+    sdks: Sdks,
+    render: str,
+    model: str,
+    cache: dict[str, Any],
+    stream: bool,
+) -> None:
+    """OpenAI's ``prompt_cache_breakpoint`` and ``prompt_cache_options`` (mode, comparison
+    response), Anthropic's top-level ``cache_control``, mixed marker lifetimes and
+    ``diagnostics`` conform to the SDKs' request types and are sent unchanged."""
+    answer = _second_turn(service, render, model, cache)
+    frame = answer["frame"]
+    text = orjson.dumps(frame).decode()
+    if render == "anthropic":
+        assert frame["cache_control"] == {"type": "ephemeral"}
+        assert frame["diagnostics"] == {"previous_message_id": "msg_01sdk"}
+        assert '"ttl":"1h"' in text
+    else:
+        assert "prompt_cache_breakpoint" in text
+        if render == "openai-responses":
+            assert frame["prompt_cache_options"]["comparison_response_id"] == "resp_sdk"
+    check_frame(render, frame)
+    send(sdks, render, model, frame, stream=stream)
+    expected = {**frame, "stream": True} if stream else frame
+    assert sdks.double.last() == expected
+
+
+@pytest.mark.parametrize(
+    ("render", "key", "value"),
+    [
+        ("openai-chat", "prompt_cache_options", {"mode": "auto"}),
+        ("openai-chat", "prompt_cache_options", {"comparison_response_id": "r"}),  # Responses only
+        ("openai-responses", "prompt_cache_options", {"ttl": "5m"}),
+        ("anthropic", "diagnostics", {"previous_message": None}),
+        ("anthropic", "cache_control", {"type": "ephemeral", "ttl": "30m"}),
+    ],
+)
+def test_a_broken_cache_directive_fails_the_sdk_types(render: str, key: str, value: Any) -> None:
+    """The SDK types refuse a directive the provider does not take, so the checks above can
+    fail."""
+    frames: dict[str, dict[str, Any]] = {
+        "openai-chat": {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        "openai-responses": {"model": "m", "input": [{"role": "user", "content": "x"}]},
+        "anthropic": {
+            "model": "m",
+            "max_tokens": 1,
+            "messages": [{"role": "user", "content": "x"}],
+        },
+    }
+    frame = frames[render]
+    check_frame(render, frame)
+    with pytest.raises(ValidationError):
+        check_frame(render, {**frame, key: value})

@@ -219,8 +219,8 @@ class FaultServer:
             return True
         if b == "unframed":
             framing = "transfer-encoding: chunked\r\n" if self.declare else "connection: close\r\n"
-            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\n"
-            await self._write(writer, head.encode())
+            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{framing}\r\n".encode()
+            await self._write(writer, head)
             await self._stream(reader, writer, len(self.body), chunked=self.declare)
             with contextlib.suppress(ConnectionError):
                 if self.declare:

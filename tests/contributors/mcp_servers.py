@@ -257,8 +257,10 @@ class McpProcess:
 
 
 @contextlib.contextmanager
-def mcp_server(folder: Path, **kw: str | None) -> Iterator[McpProcess]:
-    process = McpProcess(folder, **kw)
+def mcp_server(
+    folder: Path, *, answers: str = "sse", sessions: str = "stateful", token: str | None = None
+) -> Iterator[McpProcess]:
+    process = McpProcess(folder, answers=answers, sessions=sessions, token=token)
     try:
         yield process
     finally:

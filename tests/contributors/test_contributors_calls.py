@@ -29,6 +29,7 @@ from context_assembly.contributors import (
     query_revision,
     raise_for_failures,
 )
+from context_assembly.contributors.packets import ContributePacket, RevisionPacket
 from context_assembly.core.request import Block, Scope
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 from loopback_handler import HandlerServer, LoopbackClient
@@ -120,17 +121,32 @@ async def test_packet_carries_the_contract_fields(
     }
     tasks_packet = orjson.loads(other.calls.last.request.content)
     assert tasks_packet["source"] == "tasks" and tasks_packet["source_token_limit"] is None
+    # Each is what the OpenAPI document's ``contribute`` webhook describes, every field of it.
+    for call in (route.calls.last, other.calls.last):
+        ContributePacket.model_validate_json(call.request.content)
 
 
 async def test_headers_carry_deadline_and_a_verifiable_signature(
     client: ContributorClient, fields: PacketFields, router: respx.MockRouter
 ) -> None:
-    """The remaining-ms header is within the timeout and the signature verifies independently."""
-    route = router.post(URL).respond(json={"revision": 1, "blocks": []})
-    await one(client, fields, target(secret=SECRET), timeout=0.8)
+    """The remaining-ms header is the time left when the call was sent: no more than was left
+    before the fan-out, no less than was left when the request arrived; the signature verifies
+    independently."""
+    arrivals: list[float] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        arrivals.append(time.monotonic())
+        return httpx.Response(200, json={"revision": 1, "blocks": []})
+
+    route = router.post(URL).mock(side_effect=answer)
+    timeout = 5.0  # the call is answered at once: a hang guard, not a figure
+    deadline = time.monotonic() + timeout
+    await contribute_all(client, [target(secret=SECRET)], fields, deadline, CAP)
     request = route.calls.last.request
     assert request.headers["content-type"] == "application/json"
-    assert 700 <= int(request.headers[TIMEOUT_HEADER]) <= 800
+    # Whole milliseconds, rounded down (hence the 1 ms below the arrival's).
+    left_at_arrival_ms = (deadline - arrivals[0]) * 1000
+    assert left_at_arrival_ms - 1 <= int(request.headers[TIMEOUT_HEADER]) <= timeout * 1000
     verified = Webhook(SECRET).verify(request.content, dict(request.headers))
     assert verified["source"] == "memory"
     assert request.headers["webhook-id"].startswith("msg_")
@@ -430,6 +446,7 @@ async def test_revision_query_packet_and_answer(
         "source": "memory",
         "scope": scope.model_dump(mode="json"),
     }
+    RevisionPacket.model_validate_json(request.content)  # the ``revision`` webhook's packet
     Webhook(SECRET).verify(request.content, dict(request.headers))
     assert 1 <= int(request.headers[TIMEOUT_HEADER]) <= 1000
 

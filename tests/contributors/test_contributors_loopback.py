@@ -290,7 +290,7 @@ async def test_every_fault_under_both_failure_policies(
     """Each fault settles with its status (a slow one cut by the deadline, its connection
     closed); 'fail' raises its error, 'omit' keeps going."""
     async with FaultServer(**fault) as server:
-        target = registered(server, failure_policy=policy)  # type: ignore[arg-type]
+        target = registered(server, failure_policy=policy)
         outcomes = await fan_out(client, fields, [target])
         if status == "timeout":
             assert outcomes[0].cause is not None

@@ -18,7 +18,7 @@ from context_assembly.preparations.clock import Clock
 from context_assembly.preparations.targets import Contributors
 
 TOKEN = "tok-not-for-any-log-0123456789"
-DOCS = {
+DOCS: dict[str, Any] = {
     "kind": "mcp",
     "url": "http://127.0.0.1:9000/mcp",
     "resources": ["docs://guide/refunds", "docs://guide/limits"],

@@ -9,6 +9,7 @@ import gc
 import time
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from faults import CAP, DEADLINE, FaultServer, closed_port, registered
@@ -43,7 +44,7 @@ def mcp_target(
     return ContributorTarget(source=source, url=url, mcp=endpoint, failure_policy=policy)
 
 
-HANG = {"tool": "hang", "tool_arguments": {"query": "{input}"}}
+HANG: dict[str, Any] = {"tool": "hang", "tool_arguments": {"query": "{input}"}}
 
 
 async def test_a_hanging_server_is_cut_at_the_deadline_and_told(
@@ -67,7 +68,7 @@ async def test_a_hanging_server_fails_like_a_hanging_webhook(
     fields: PacketFields,
     server: McpProcess,
     policy: FailurePolicy,
-    error: type[Exception] | None,
+    error: type[AssemblyTimeoutError] | None,
 ) -> None:
     """Beside a hanging webhook, a hanging MCP server is cut by the same deadline with the
     same status (the webhook's connection closed, the MCP tool cancelled on the server); under

@@ -28,15 +28,10 @@ from context_assembly.contributors import (
     ContributorTarget,
     PacketFields,
     contribute_all,
+    mcp_listing,
 )
-from context_assembly.contributors import mcp as mcp_module
-from context_assembly.contributors.mcp import (
-    MAX_LISTED_RESOURCES,
-    MAX_LISTING_RESOURCES,
-    McpEndpoint,
-    McpEndpoints,
-    McpSpec,
-)
+from context_assembly.contributors.mcp import McpEndpoint, McpEndpoints, McpSpec
+from context_assembly.contributors.mcp_listing import MAX_LISTED_RESOURCES, MAX_LISTING_RESOURCES
 from context_assembly.server import GC_THRESHOLDS
 
 CAP = 8 * 1024 * 1024  # max_contributor_response_bytes' default
@@ -203,13 +198,13 @@ async def test_a_listing_under_the_bound_is_validated_off_the_loop_and_read(
     """Three pages of 1,300 resources (3,900, under the bound) are validated in a worker thread,
     and the 64 with the highest priority are read, as before."""
     threads: list[bool] = []
-    validate = mcp_module._validate_listing
+    validate = mcp_listing._validate_listing
 
     def spied(*args: Any) -> Any:
         threads.append(threading.current_thread() is threading.main_thread())
         return validate(*args)
 
-    monkeypatch.setattr(mcp_module, "_validate_listing", spied)
+    monkeypatch.setattr(mcp_listing, "_validate_listing", spied)
     pages = [page(resources(1300, 1300 * i), i + 1 if i < 2 else None) for i in range(3)]
     healthy.answers["resources/list"] = listing(pages)
     outcome = await call(client, fields, registered(endpoints, healthy.url, "listed"), 10.0)

@@ -31,13 +31,8 @@ from context_assembly.contributors import (
     contribute_all,
     query_revision,
 )
-from context_assembly.contributors.mcp import (
-    CLOSE_SESSION_SECONDS,
-    SHUTDOWN_GRACE_SECONDS,
-    McpEndpoint,
-    McpEndpoints,
-    McpSpec,
-)
+from context_assembly.contributors.mcp import McpEndpoint, McpEndpoints, McpSpec
+from context_assembly.contributors.mcp_session import CLOSE_SESSION_SECONDS, SHUTDOWN_GRACE_SECONDS
 from context_assembly.core.request import Scope
 from context_assembly.metrics import Metrics
 

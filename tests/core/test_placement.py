@@ -37,7 +37,9 @@ def answer(fields: dict[str, Any]) -> dict[str, Any]:
     return orjson.loads(response.model_dump_json())  # type: ignore[no-any-return]
 
 
-def body(history: list[dict[str, Any]], inputs: list[dict[str, Any]], **fields: Any) -> dict:
+def body(
+    history: list[dict[str, Any]], inputs: list[dict[str, Any]], **fields: Any
+) -> dict[str, Any]:
     return {
         "model": "gpt-4o-mini",
         "instructions": "Be exact.",

@@ -13,7 +13,9 @@ from context_assembly.core.pricing import (
     Rates,
     UsageBuckets,
     buckets_from_normalized,
+    miss_cost,
     price_usage,
+    read_from_cache,
     unpriced_buckets,
 )
 from context_assembly.core.usage import NormalizedUsage, normalize_usage
@@ -243,3 +245,42 @@ def test_cost_fields_are_the_buckets_and_the_total() -> None:
         "cache_write",
         "output",
     )
+
+
+def test_a_miss_is_read_back_from_the_writes_first_then_the_uncached_input() -> None:
+    """Tokens read from the cache instead come from the 1-hour writes, the 5-minute writes,
+    the single-rate writes, then the uncached input; the input total and the output stay."""
+    usage = UsageBuckets(
+        uncached_input=100, cache_read=10, cache_write_5m=300, cache_write_1h=200, output=7
+    )
+    assert read_from_cache(usage, 250) == UsageBuckets(
+        uncached_input=100, cache_read=260, cache_write_5m=250, cache_write_1h=0, output=7
+    )
+    assert read_from_cache(usage, 550) == UsageBuckets(uncached_input=50, cache_read=560, output=7)
+    everything = read_from_cache(usage, 10_000)  # at most the whole input
+    assert everything == UsageBuckets(cache_read=610, output=7)
+    assert everything.input_tokens == usage.input_tokens
+    assert read_from_cache(usage, 0) == usage
+    with pytest.raises(ValueError, match="non-negative"):
+        read_from_cache(usage, -1)
+
+
+def test_a_miss_costs_the_rebilled_tokens_at_their_rate_less_the_read_rate() -> None:
+    """5,000 tokens written again for 5 minutes ($3.75) and 1,000 sent uncached ($3) that the
+    cache could have served at $0.30: 4,000 x 3.45 + 1,000 x 2.70 per million; with an OpenAI
+    price, uncached input at $1.25 against $0.125."""
+    usage = UsageBuckets(uncached_input=1_500, cache_write_5m=4_000, output=100)
+    assert miss_cost(ANTHROPIC, usage, 5_000) == D("0.016500000")
+    assert miss_cost(ANTHROPIC, usage, 0) == D("0")
+    openai = UsageBuckets(uncached_input=3_000, cache_read=1_024, output=10)
+    assert miss_cost(OPENAI_OLDER, openai, 2_048) == D("0.002304000")
+
+
+def test_a_miss_without_a_read_rate_or_a_price_has_no_cost() -> None:
+    """No price, or a price without the cache read rate (at the tier that applies): no figure,
+    never one at another bucket's rate."""
+    no_read = PriceRates(Rates(input=D("1"), output=D("2")))
+    usage = UsageBuckets(uncached_input=2_000, output=1)
+    assert miss_cost(no_read, usage, 1_000) is None
+    assert miss_cost(None, usage, 1_000) is None
+    assert miss_cost(no_read, usage, 0) == D("0")

@@ -14,8 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 from context_assembly.cli import assemble_bytes
-from context_assembly.core.provider_messages import detect, to_neutral
-from context_assembly.core.request import NativePart, PrepareRequest
+from context_assembly.core.provider_messages import detect, read_messages
+from context_assembly.core.request import Message, NativePart, PrepareRequest
 from context_assembly.errors import InvalidError
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -34,12 +34,18 @@ def prepare(body: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def neutral_history(request: PrepareRequest) -> list[Message]:
+    """The request's history as neutral messages (none of these is held by the provider)."""
+    assert isinstance(request.history, list)
+    return request.history
+
+
 def conversation(fmt: str, frame: dict[str, Any]) -> list[Any]:
     """The rendered conversation without the service's own parts: the leading system message
     (OpenAI) and the data message (or, where Anthropic merged it into the input's turn, its
     block)."""
     if fmt == "anthropic":
-        turns = copy.deepcopy(frame["messages"])
+        turns: list[Any] = copy.deepcopy(frame["messages"])
         for turn in turns:
             if isinstance(turn["content"], list):
                 turn["content"] = [
@@ -107,7 +113,7 @@ def test_tool_calls_and_results_stay_paired_in_order() -> None:
     """An Anthropic user turn with tool results becomes one tool message per result, right
     after the assistant's calls, in order; the other blocks follow as a user message."""
     request = PrepareRequest.model_validate({**recorded("anthropic"), "render": "neutral"})
-    roles = [(m.role, m.tool_call_id, [c.id for c in m.tool_calls or ()]) for m in request.history]
+    roles = [(m.role, m.tool_call_id, [c.id for c in m.tool_calls or ()]) for m in neutral_history(request)]
     assert roles == [
         ("user", None, []),
         ("assistant", None, ["toolu_01"]),
@@ -118,16 +124,16 @@ def test_tool_calls_and_results_stay_paired_in_order() -> None:
         ("user", None, []),
         ("assistant", None, []),
     ]
-    thinking = request.history[1].content[0]
+    thinking = neutral_history(request)[1].content[0]
     assert isinstance(thinking, NativePart) and thinking.item["signature"] == "EqQBCkYIARgCKkBsig=="
-    assert request.history[5].provider_fields == {"anthropic": {"is_error": True}}
+    assert neutral_history(request)[5].provider_fields == {"anthropic": {"is_error": True}}
 
 
 def test_openai_chat_tool_calls_read_as_neutral_calls() -> None:
     """``content: null`` beside ``tool_calls: [{id, type, function}]`` is an assistant turn
     with neutral calls, not a 422."""
     request = PrepareRequest.model_validate(recorded("openai-chat"))
-    calls = request.history[2].tool_calls
+    calls = neutral_history(request)[2].tool_calls
     assert calls is not None
     assert [(c.id, c.name, c.arguments) for c in calls] == [
         ("call_a", "get_weather", '{"city":"Paris"}'),
@@ -138,12 +144,13 @@ def test_openai_chat_tool_calls_read_as_neutral_calls() -> None:
 def test_responses_calls_join_the_assistant_turn_before_them() -> None:
     """A function_call item follows the reasoning item it came with, in one assistant turn."""
     request = PrepareRequest.model_validate(recorded("openai-responses"))
-    turn = request.history[1]
+    turn = neutral_history(request)[1]
     assert turn.role == "assistant" and turn.tool_calls is not None
     assert turn.tool_calls[0].provider_fields == {
         "openai-responses": {"id": "fc_01", "status": "completed"}
     }
-    assert request.history[2].role == "tool" and request.history[2].tool_call_id == "call_1"
+    result = neutral_history(request)[2]
+    assert result.role == "tool" and result.tool_call_id == "call_1"
 
 
 def test_text_is_counted_exactly_and_carried_items_make_counts_uncertain() -> None:
@@ -252,9 +259,10 @@ def test_detection_per_message(message: dict[str, Any], fmt: str) -> None:
 
 
 def test_neutral_messages_are_left_for_the_model_to_validate() -> None:
-    """Declared ``neutral`` reads nothing: a provider shape is then refused as before."""
+    """Declared ``neutral`` reads nothing: a provider shape is then refused by the request
+    model."""
     chat = recorded("openai-chat")["history"]
-    assert to_neutral(chat, "neutral") is chat
+    assert read_messages(chat, "neutral")[0] is chat
     with pytest.raises(ValidationError):
         PrepareRequest.model_validate(
             {"model": "gpt-4o", "input_format": "neutral", "history": chat}
@@ -296,7 +304,7 @@ def refused(body: dict[str, Any]) -> list[dict[str, Any]]:
 )
 def test_a_role_that_is_not_a_string_is_a_422_naming_it(message: dict[str, Any], role: Any) -> None:
     """A list, an object, a number or a boolean as a provider message's role is refused at
-    ``history.0.role`` (a TypeError, a 500, before), saying what it got."""
+    ``history.0.role`` (never a 500), saying what it got."""
     errors = refused({"history": [{**message, "role": role}]})
     assert errors[0]["loc"] == "history.0.role"
     assert "role must be" in errors[0]["msg"] and repr(role) not in errors[0]["msg"]
@@ -324,7 +332,10 @@ def test_openai_chat_tool_calls_must_be_a_list(calls: Any) -> None:
     assert errors[0]["loc"] == "history.0.tool_calls"
 
 
-TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f"}]}
+TOOL_USE: dict[str, Any] = {
+    "role": "assistant",
+    "content": [{"type": "tool_use", "id": "t", "name": "f"}],
+}
 CALL = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
 OUTPUT = {"type": "function_call_output", "call_id": "c", "output": "ok"}
 HUGE = 2**70  # beyond 64 bits: JSON the service cannot encode again
@@ -399,7 +410,7 @@ HUGE = 2**70  # beyond 64 bits: JSON the service cannot encode again
         ),
         (  # a tool_use block's extra field
             [
-                {"role": "assistant", "content": [{**TOOL_USE["content"][0], "caller": HUGE}]},  # type: ignore[index]
+                {"role": "assistant", "content": [{**TOOL_USE["content"][0], "caller": HUGE}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]},
             ],
             "history.0.content.0",

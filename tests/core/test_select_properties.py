@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from context_assembly.core import select as selection
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph
-from context_assembly.core.counting import block_piece, piece_object
+from context_assembly.core.counting import (
+    TokenCounter,
+    block_piece,
+    count_text_message,
+    piece_object,
+)
 from context_assembly.core.request import AssemblyOptions, Block
 from context_assembly.core.select import (
     CostPlan,
@@ -23,6 +28,8 @@ from context_assembly.core.select import (
     select,
 )
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
+from context_assembly.tokens.counter import TiktokenCounter, get_counter
+from context_assembly.tokens.encodings import SPECS, EncodingName
 from fakes import PROFILE, SurchargeCounter, WordCounter
 from hypothesis_budget import examples
 from strategies import NOW, Scenario, scenarios
@@ -35,14 +42,16 @@ COUNTERS = [WordCounter(), SurchargeCounter()]
 
 
 def _run(
-    scenario: Scenario, groups: Iterable[SourceBlocks] | None = None, counter: object = None
+    scenario: Scenario,
+    groups: Iterable[SourceBlocks] | None = None,
+    counter: TokenCounter | None = None,
 ) -> tuple[dict[str, Node], Selection]:
     graph = build_graph(groups if groups is not None else scenario.groups, OPTIONS)
     return graph, _select(graph, scenario, counter or WordCounter())
 
 
 def _select(
-    graph: dict[str, Node], scenario: Scenario, counter: object, plan: CostPlan | None = None
+    graph: dict[str, Node], scenario: Scenario, counter: TokenCounter, plan: CostPlan | None = None
 ) -> Selection:
     return select(
         graph,
@@ -51,7 +60,7 @@ def _select(
         data_limit=scenario.data_limit,
         max_data_tokens=scenario.max_data_tokens,
         source_limits=scenario.source_limits,
-        counter=counter,  # type: ignore[arg-type]
+        counter=counter,
         profile=PROFILE,
         plan=plan,
     )
@@ -75,7 +84,9 @@ def _closure(graph: dict[str, Node], roots: Iterable[str]) -> set[str]:
 
 @PROPERTY
 @given(scenarios(), st.sampled_from(COUNTERS))
-def test_never_over_the_data_limit_or_a_source_limit(scenario: Scenario, counter: object) -> None:
+def test_never_over_the_data_limit_or_a_source_limit(
+    scenario: Scenario, counter: TokenCounter
+) -> None:
     """The exact count of the data message and of each source segment stays within its limit."""
     try:
         _, result = _run(scenario, counter=counter)
@@ -86,17 +97,42 @@ def test_never_over_the_data_limit_or_a_source_limit(scenario: Scenario, counter
         if source in scenario.source_limits:
             assert tokens <= scenario.source_limits[source]
     if result.data_content is not None:
-        from context_assembly.core.counting import count_text_message
-
         assert (
             count_text_message("user", result.data_content, counter, PROFILE) == result.data_tokens
-        )  # type: ignore[arg-type]
+        )
+
+
+@PROPERTY
+@given(scenarios(), st.sampled_from(sorted(SPECS)))
+def test_with_a_tiktoken_counter_the_summed_costs_are_the_exact_count(
+    scenario: Scenario, encoding: EncodingName
+) -> None:
+    """With a counter whose pre-tokeniser splits at every join of the data message (tiktoken),
+    the envelope, the entered sources' wrappers and the entered blocks' costs add up to the
+    exact count of the data message, a full count of its text; no choice is ever undone."""
+    counter = get_counter(encoding)
+    try:
+        graph, result = _run(scenario, counter=counter)
+    except EXPECTED_ERRORS:
+        return
+    assert result.trimmed == 0
+    if result.data_content is None:
+        return
+    plan = cost_plan(graph, scenario.sources, counter, PROFILE)
+    entered = {graph[qid].source for qid in result.order}
+    summed = (
+        plan.message
+        + sum(plan.wrapper[s] for s, name in enumerate(plan.source_names) if name in entered)
+        + sum(decision.tokens for decision in result.decisions.values())
+    )
+    full = count_text_message("user", result.data_content, TiktokenCounter(encoding), PROFILE)
+    assert result.data_tokens == summed == full
 
 
 @PROPERTY
 @given(scenarios(), st.sampled_from(COUNTERS))
 def test_entered_blocks_have_their_dependencies_in_full(
-    scenario: Scenario, counter: object
+    scenario: Scenario, counter: TokenCounter
 ) -> None:
     """Every selected or projected block has its whole dependency closure selected in full."""
     try:
@@ -210,22 +246,16 @@ def test_same_input_same_output(scenario: Scenario) -> None:
 
 @PROPERTY
 @given(scenarios(), st.sampled_from(COUNTERS))
-def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: object) -> None:
+def test_a_shared_cost_plan_changes_nothing(scenario: Scenario, counter: TokenCounter) -> None:
     """One plan serving protected_demand and then select (as the engine does) gives the same
     demand, the same selection and the same error as building the costs in each call."""
     graph = build_graph(scenario.groups, OPTIONS)
-    plan = cost_plan(graph, scenario.sources, counter, PROFILE)  # type: ignore[arg-type]
+    plan = cost_plan(graph, scenario.sources, counter, PROFILE)
 
     def outcome(shared: bool) -> tuple[object, object]:
-        kwargs = {"plan": plan} if shared else {}
         try:
             demand: object = protected_demand(
-                graph,
-                scenario.sources,
-                counter,
-                PROFILE,
-                NOW,
-                **kwargs,  # type: ignore[arg-type]
+                graph, scenario.sources, counter, PROFILE, NOW, plan=plan if shared else None
             )
         except EXPECTED_ERRORS as err:
             demand = (type(err), str(err))
@@ -272,7 +302,7 @@ _PROJECTION_LONGER = Scenario(
 @given(scenarios(), st.sampled_from(COUNTERS))
 @example(_PROJECTION_LONGER, COUNTERS[0])
 def test_the_out_of_room_shortcut_decides_as_the_budget_rule_does(
-    scenario: Scenario, counter: object
+    scenario: Scenario, counter: TokenCounter
 ) -> None:
     """Omitting a block whose smallest view alone is over the room left, without pricing its
     dependencies, gives the same selection (or the same error) as pricing every block by the
@@ -325,8 +355,9 @@ def test_the_envelope_of_the_data_message_does_not_count_against_a_source_limit(
 def test_the_data_message_holds_each_block_as_its_piece_object(
     scenario: Scenario, data: st.DataObject
 ) -> None:
-    """``data_message`` builds each block's object inline; it must be ``piece_object``'s, so that
-    a block's counted piece (``block_piece``) is exactly its text in the message."""
+    """The data message is the JSON of its sources and blocks, each block on a line of its own
+    that begins with its counted piece (``block_piece``) and ends with a separator or a closing
+    bracket after a space: the layout that lets a splitting counter add the pieces' counts."""
     segments = [
         (
             group.source,
@@ -353,8 +384,16 @@ def test_the_data_message_holds_each_block_as_its_piece_object(
     }
     content = data_message(segments)
     assert orjson.loads(content) == expected
-    assert content == orjson.dumps(expected).decode()
-    for _, pieces in segments:
-        for block, projected in pieces:
-            text = block.projection if projected and block.projection is not None else block.text
-            assert block_piece(block.id, text, projected) in content
+    lines = content.split("\n")
+    assert lines[0] == '{"context_data":['
+    block_lines = [line for line in lines if line.startswith('{"id":')]
+    pieces = [
+        block_piece(block.id, block.projection, True)
+        if projected and block.projection is not None
+        else block_piece(block.id, block.text, False)
+        for _, items in segments
+        for block, projected in items
+    ]
+    assert len(block_lines) == len(pieces)
+    for line, piece in zip(block_lines, pieces, strict=True):
+        assert line.removeprefix(piece) in (" ,", " ]} ,", " ]} ]}")

@@ -546,6 +546,8 @@ def test_accounting_observation_fields_and_delta() -> None:
         "output_tokens": 12,
         "response_id": None,
         "diagnostics": None,
+        "miss_cause": None,
+        "rebilled_tokens": None,
         "cost": None,
     }
 

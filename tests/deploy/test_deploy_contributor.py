@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 
@@ -73,7 +74,7 @@ def _service(
         yield http
 
 
-def _prepare(http: TestClient) -> httpx.Response:
+def _prepare(http: TestClient) -> httpx2.Response:
     return http.post(
         "/v1/prepare",
         json={

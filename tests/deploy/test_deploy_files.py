@@ -82,7 +82,7 @@ def _deployment() -> dict[str, Any]:
 
 def _container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
     every = [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
-    found = [c for c in every if c["name"] == name]
+    found: list[dict[str, Any]] = [c for c in every if c["name"] == name]
     assert len(found) == 1, name
     return found[0]
 
@@ -477,7 +477,8 @@ def test_deploy_sidecar_config_validates(clean_env: pytest.MonkeyPatch, tmp_path
     )
     for contributor in settings.contributors.values():
         assert contributor.url.startswith("http://127.0.0.1:")
-    assert all(prefix.startswith("http://127.0.0.1:") for prefix in settings.inline_urls.allow)
+    prefixes = [p if isinstance(p, str) else p.prefix for p in settings.inline_urls.allow]
+    assert all(prefix.startswith("http://127.0.0.1:") for prefix in prefixes)
     with pytest.raises(ValidationError, match="only allowed on a loopback bind"):
         load_settings(config, server={"host": "0.0.0.0"})
 

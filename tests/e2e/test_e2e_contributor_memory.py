@@ -8,13 +8,13 @@ until the cyclic collector ran would grow by about 8 MB a call: over 1 GB in 600
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
+from context_assembly_client.testing import ScriptedContributor
 from e2e_support import ServiceFactory
-
-from loopback_handler import HandlerServer
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +30,7 @@ def _answer(request: httpx.Request) -> httpx.Response:
     body = ANSWER + b" " * ((CAP - 100 if size == "under" else CAP + 100) - len(ANSWER))
     if framing == "chunked":
 
-        async def pieces() -> object:
+        async def pieces() -> AsyncIterator[bytes]:
             for start in range(0, len(body), 65536):
                 yield body[start : start + 65536]
 
@@ -51,7 +51,7 @@ def test_refused_and_unframed_answers_leave_no_memory_behind(
     service_factory: ServiceFactory,
 ) -> None:
     routes = [f"/{f}/{s}" for f in ("close", "chunked") for s in ("under", "over")]
-    with HandlerServer(_answer) as contributor:
+    with ScriptedContributor(handler=_answer) as contributor:
         contributors = "".join(
             f'[contributors.c{i}]\nurl = "{contributor.url(path)}"\nfailure_policy = "omit"\n\n'
             for i, path in enumerate(routes)

@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from e2e_support import Service, ServiceFactory, stop
+from e2e_support import Service, ServiceFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -144,9 +144,9 @@ def test_every_stderr_line_is_json_from_start_to_stop(svc: Service) -> None:
         _assert_refused(_exchange(svc, raw), "BAD_REQUEST", 400)
     served = _exchange(svc, b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
     assert served.status == 200
-    stop(svc.proc)
+    status = svc.stop()
     # Stopped by its SIGTERM (uvicorn re-raises it once shut down), not killed.
-    assert svc.proc.returncode in (0, -signal.SIGTERM)
+    assert status in (0, -signal.SIGTERM)
     lines = _lines(svc)
     uvicorn_events = {line["event"] for line in lines if line.get("logger") == "uvicorn.error"}
     assert {"Application startup complete.", "Application shutdown complete."} <= uvicorn_events
@@ -171,5 +171,5 @@ key_prefix = "edge-{uuid.uuid4().hex}:"
         for _ in range(8)
     }
     assert len(ids) == 8  # one new id per refused request
-    stop(svc.proc)
+    svc.stop()
     assert ids <= {line.get("request_id") for line in _lines(svc)}

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from context_assembly_client.testing import Step
 from e2e_support import Contributor, Service, ServiceFactory
 
 pytestmark = pytest.mark.e2e
@@ -292,7 +293,8 @@ async def test_a_pipelined_body_is_timed_from_when_its_request_is_served(
     """A prepare pipelined behind one that takes 3 s (a slow contributor) has its body read only
     when the first is answered (uvicorn pauses reading while a request waits): both are
     answered 200, in order, although the wait outlasts the 2 s body time limit."""
-    path = f"/ok/3000/slow-{uuid.uuid4().hex}"
+    path = f"/slow-{uuid.uuid4().hex}"
+    contributor.script(path, Step(delay=3))
     svc = service_factory(CONFIG + f'\n[contributors.slow]\nurl = "{contributor.url(path)}"\n')
     slow = orjson.dumps(
         {

@@ -5,7 +5,6 @@ server and their gauge in ``/metrics``."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -13,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Contributor, ServiceFactory, stop
+from context_assembly_client.testing import Step
+from e2e_support import Contributor, ServiceFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from contributors.faults import DEADLINE
@@ -51,9 +51,9 @@ def open_sessions(client: httpx.Client) -> float:
 
 
 def wait_until(holds: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Bounded polling: the MCP server and the contributor are other processes, which note what
-    happened to each call in their record files (a session is ended in the background, after the
-    call that used it); ``timeout`` is a hang guard."""
+    """Bounded polling: the MCP server is another process, which notes what happened to each
+    call in its record file (a session is ended in the background, after the call that used
+    it); ``timeout`` is a hang guard."""
     deadline = time.monotonic() + timeout
     while not holds():
         assert time.monotonic() < deadline, f"never happened: {what}"
@@ -63,14 +63,6 @@ def wait_until(holds: Callable[[], bool], what: str, timeout: float = 10.0) -> N
 def wait_for_lines(server: McpProcess, line: str, count: int) -> None:
     """Wait until the server's record holds ``count`` of ``line``."""
     wait_until(lambda: server.lines().count(line) >= count, f"{count} x {line!r} recorded")
-
-
-def closed_hangs(contributor: Contributor) -> int:
-    """How many calls to the contributor's ``/hang`` it saw the caller close."""
-    if not contributor.record_file.exists():
-        return 0
-    entry = json.dumps({"event": "closed", "path": "/hang"})
-    return contributor.record_file.read_text().splitlines().count(entry)
 
 
 def mcp_entry(name: str, url: str, **keys: str) -> str:
@@ -97,6 +89,12 @@ def config(docs: McpProcess, contributor: Contributor, db: str = "{db}", top_k: 
         + mcp_entry("hang", docs.url, tool='"hang"', tool_arguments='{ query = "{input}" }')
         + f'[contributors.slow]\nurl = "{contributor.url("/hang")}"\n'
     )
+
+
+@pytest.fixture(autouse=True)
+def hung_webhook(contributor: Contributor) -> None:
+    """The webhook beside the MCP servers never answers (``/hang``)."""
+    contributor.script("/hang", Step(fault="hang"))
 
 
 def body(*contributors: dict[str, Any], timeout_ms: int = 5000) -> dict[str, Any]:
@@ -177,7 +175,7 @@ def test_a_hanging_mcp_server_answers_like_a_hanging_webhook(
     mcp = {"source": "docs", "endpoint": "hang"}
     webhook = {"source": "notes", "endpoint": "slow"}
     cancelled = docs_server.lines().count("hang cancelled")
-    closed = closed_hangs(contributor)
+    closed = contributor.count("closed", "/hang")  # the calls of earlier tests
     with httpx.Client(base_url=svc.base, timeout=10) as client:
         omitted = short_prepare(
             client, {**mcp, "failure_policy": "omit"}, {**webhook, "failure_policy": "omit"}
@@ -186,7 +184,7 @@ def test_a_hanging_mcp_server_answers_like_a_hanging_webhook(
         statuses = {s["source"]: s["status"] for s in omitted.json()["selection"]["sources"]}
         assert statuses == {"docs": "timeout", "notes": "timeout"}
         wait_for_lines(docs_server, "hang cancelled", cancelled + 1)
-        wait_until(lambda: closed_hangs(contributor) == closed + 1, "the /hang call closed")
+        contributor.wait_for("closed", "/hang", count=closed + 1)
         failed = short_prepare(client, {**mcp, "failure_policy": "fail"})
         assert failed.status_code == 504, failed.text
         assert failed.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
@@ -194,7 +192,7 @@ def test_a_hanging_mcp_server_answers_like_a_hanging_webhook(
         failed = short_prepare(client, {**webhook, "failure_policy": "fail"})
         assert failed.status_code == 504, failed.text
         assert failed.json()["code"] == "CONTEXT_ASSEMBLY_TIMEOUT"
-        wait_until(lambda: closed_hangs(contributor) == closed + 2, "the /hang call closed")
+        contributor.wait_for("closed", "/hang", count=closed + 2)
 
 
 def test_a_reload_that_changes_the_registration_opens_a_new_session(
@@ -241,7 +239,7 @@ def test_a_reload_that_changes_the_registration_opens_a_new_session(
         assert len(ids) == 1  # the new tool_arguments apply
         assert opened() == 2
         assert open_sessions(client) == 1
-    stop(svc.proc)  # the shutdown waits for the DELETE's answer
+    svc.stop()  # the shutdown waits for the DELETE's answer
     assert docs_server.lines().count("DELETE -") == deletes + 2
 
 

@@ -26,7 +26,7 @@ def config(contributor: Contributor, endpoints: list[str], db: str = "{db}") -> 
         "",
     ]
     for name in endpoints:
-        lines += [f"[contributors.{name}]", f'url = "{contributor.url(f"/state/{name}")}"', ""]
+        lines += [f"[contributors.{name}]", f'url = "{contributor.url(f"/{name}")}"', ""]
     return "\n".join(lines)
 
 

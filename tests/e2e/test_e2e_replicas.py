@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 import redis as redis_lib
-from e2e_support import ServiceFactory, free_port, stop
+from context_assembly_client.testing import ServedProcess
+from e2e_support import ServiceFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +74,7 @@ def _replicas(service_factory: ServiceFactory, config: str) -> None:
         usage = {"report_id": "r1", "provider": "openai", "usage": {"prompt_tokens": 50}}
         assert client.post(f"{b.base}/v1/preparations/{pid}/usage", json=usage).status_code == 200
         assert "memory/a" in client.get(f"{b.base}/v1/preparations/{pid}/breakdown").text
-        stop(a.proc)  # replica A goes away; nothing it acknowledged may be lost
+        a.stop()  # replica A goes away; nothing it acknowledged may be lost
         for prep in acknowledged:
             view = client.get(f"{b.base}/v1/preparations/{prep['preparation_id']}")
             assert view.status_code == 200
@@ -88,38 +88,15 @@ def _replicas(service_factory: ServiceFactory, config: str) -> None:
         ] == ["refresh_used"]
 
 
-def _start_redis(port: int, folder: Path) -> subprocess.Popen[bytes]:
+def _start_redis(folder: Path) -> ServedProcess:
+    """A ``redis-server`` of the test's own on a free port, ready once it takes connections."""
     exe = shutil.which("redis-server")
     assert exe is not None, (
         "redis-server is needed for the outage test (.ci/ensure-redis installs it)"
     )
-    proc = subprocess.Popen(
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # bounded polling until it accepts connections
-        try:
-            import socket
-
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not start")
+    command = [exe, "--port", "{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", str(folder)]  # fmt: skip
+    return ServedProcess(command, ready=None)
 
 
 def test_redis_outage_gives_503_fast_and_recovers(
@@ -128,15 +105,13 @@ def test_redis_outage_gives_503_fast_and_recovers(
     """Redis stopped: /readyz and store calls answer 503 STORE_UNAVAILABLE (an answer, not a
     hang: the client gives up after 30 s); once Redis is back the service is ready again and
     prepares, with no restart."""
-    port = free_port()
-    redis = _start_redis(port, tmp_path)
+    redis = _start_redis(tmp_path)
     try:
-        svc = service_factory(redis_config(f"redis://127.0.0.1:{port}/0", "ca-outage:"))
+        svc = service_factory(redis_config(f"redis://127.0.0.1:{redis.port}/0", "ca-outage:"))
         with httpx.Client(base_url=svc.base, timeout=30) as client:
             assert client.get("/readyz").status_code == 200
             pid = client.post("/v1/prepare", json=prepare_body()).json()["preparation_id"]
-            redis.terminate()
-            redis.wait(10)
+            redis.stop()
             for call in (
                 lambda: client.get("/readyz"),
                 lambda: client.post("/v1/prepare", json=prepare_body()),
@@ -146,7 +121,7 @@ def test_redis_outage_gives_503_fast_and_recovers(
                 assert response.status_code == 503, response.text
                 assert response.headers["content-type"] == "application/problem+json"
                 assert response.json()["code"] == "STORE_UNAVAILABLE"
-            redis = _start_redis(port, tmp_path)
+            redis.restart()  # the same port
             # Bounded polling: a pooled connection to the stopped Redis may fail once before the
             # client replaces it; 20 s is a hang guard, not a promise of speed.
             back = time.monotonic() + 20
@@ -156,7 +131,7 @@ def test_redis_outage_gives_503_fast_and_recovers(
                 time.sleep(0.05)
             assert client.post("/v1/prepare", json=prepare_body()).status_code == 200
     finally:
-        stop(redis)
+        redis.stop()
 
 
 def test_turns_alternating_between_replicas_find_the_previous_turn(

@@ -10,10 +10,11 @@ import signal
 import socket
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import pytest
+from context_assembly_client.testing import Step
 from e2e_support import Contributor, ServiceFactory
 from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks import Webhook
@@ -61,10 +62,9 @@ def test_eight_contributors_are_called_concurrently(
     they are called at once (one after the other, the first would wait for the others until
     the deadline and the prepare would fail with 504). The latency figures are bench_service's."""
     names = [f"c{i}" for i in range(8)]
-    group = uuid.uuid4().hex
-    svc = service_factory(
-        config({n: {"url": contributor.url(f"/together/8/{group}/{n}")} for n in names})
-    )
+    path = f"/together-{uuid.uuid4().hex}"
+    contributor.script(path, Step(gather=8))
+    svc = service_factory(config({n: {"url": contributor.url(path)} for n in names}))
     body = request([(n, n) for n in names], timeout_ms=30_000)
     with httpx.Client(base_url=svc.base, timeout=60) as client:
         response = client.post("/v1/prepare", json=body)
@@ -82,6 +82,7 @@ def test_deadline_contract_a_hung_contributor_fails_the_prepare_after_its_deadli
     cut). Only a lower bound and a generous upper bound: how fast a loaded machine answers is
     bench_service's to measure, not a test's to assert."""
     path = f"/hang/contract-{uuid.uuid4().hex}"
+    contributor.script(path, Step(fault="hang"))
     svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
     with httpx.Client(base_url=svc.base, timeout=60) as client:
         started = time.perf_counter()
@@ -96,11 +97,15 @@ def test_deadline_contract_a_hung_contributor_fails_the_prepare_after_its_deadli
     [("hang", "waiting for the response headers"), ("drip", "reading the body")],
 )
 def test_hung_or_dripping_contributor_fails_with_504_at_the_deadline(
-    kind: str, phase: str, contributor: Contributor, service_factory: ServiceFactory
+    kind: Literal["hang", "drip"],
+    phase: str,
+    contributor: Contributor,
+    service_factory: ServiceFactory,
 ) -> None:
     """A hung or byte-dripping contributor under 'fail' gives 504 naming it, with the phase the
     deadline cut, and the service closes its connection (the contributor sees it go)."""
     path = f"/{kind}/fail-{uuid.uuid4().hex}"
+    contributor.script(path, Step(fault=kind))
     svc = service_factory(config({"slow": {"url": contributor.url(path)}}))
     with httpx.Client(base_url=svc.base, timeout=60) as client:
         response = client.post("/v1/prepare", json=request([("slow", "slow")], timeout_ms=300))
@@ -120,11 +125,12 @@ def test_omit_policy_reports_timeout_and_succeeds(
     """With 'omit' a hung contributor shows 'timeout' in the manifest, its connection is closed
     at the deadline, and the prepare succeeds with the other source."""
     path = f"/hang/omit-{uuid.uuid4().hex}"
+    contributor.script(path, Step(fault="hang"))
     svc = service_factory(
         config(
             {
                 "slow": {"url": contributor.url(path)},
-                "fast": {"url": contributor.url("/ok/0/fast")},
+                "fast": {"url": contributor.url("/fast")},  # answers at once
             }
         )
     )
@@ -158,11 +164,13 @@ def test_a_failing_fail_policy_contributor_fails_the_prepare_at_once(
     connection closed) without ever settling, so /metrics counts the failed call only."""
     tag = f"fail-fast-{uuid.uuid4().hex}"
     path = f"/hang/{tag}"
+    contributor.script(path, Step(fault="hang"))
+    # Fails once the hung call has arrived, so the cancellation reaches a connection.
+    contributor.script(f"/broken/{tag}", Step(status=500, after=path))
     svc = service_factory(
         config(
             {
-                # Fails once the hung call has arrived, so the cancellation reaches a connection.
-                "broken": {"url": contributor.url(f"/fail-after/{tag}/500")},
+                "broken": {"url": contributor.url(f"/broken/{tag}")},
                 "slow": {"url": contributor.url(path), "failure_policy": "omit"},
             }
         )
@@ -196,6 +204,7 @@ def test_a_late_answer_changes_nothing_stored(
     """A contributor that answers after the deadline leaves the stored preparation as it was
     answered: the contributor sends its answer once the service has closed the call."""
     path = f"/late/late-{uuid.uuid4().hex}"
+    contributor.script(path, Step(fault="late"))
     svc = service_factory(
         config({"late": {"url": contributor.url(path), "failure_policy": "omit"}})
     )
@@ -214,18 +223,14 @@ def test_signature_verifies_with_an_independent_implementation(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
     """The contributor verifies the Standard Webhooks signature; the deadline header is ≤ timeout_ms."""
-    svc = service_factory(
-        config({"signed": {"url": contributor.url("/record/signed"), "secret": SECRET}})
-    )
+    path = f"/signed-{uuid.uuid4().hex}"
+    svc = service_factory(config({"signed": {"url": contributor.url(path), "secret": SECRET}}))
     response = httpx.post(
         f"{svc.base}/v1/prepare", json=request([("signed", "signed")], timeout_ms=800), timeout=5
     )
     assert response.status_code == 200, response.text
-    lines = [
-        json.loads(x) for x in contributor.record_file.read_text().splitlines() if '"headers"' in x
-    ]
-    recorded = lines[-1]
-    headers, body = recorded["headers"], base64.b64decode(recorded["body"])
+    [call] = contributor.calls(path)
+    headers, body = dict(call.request.headers), call.request.content
     Webhook(SECRET).verify(body, headers)  # raises on a bad signature
     # And by hand, from the Standard Webhooks spec, not the library the service signs with:
     # v1 = base64(HMAC-SHA256(base64-decoded secret, "{id}.{timestamp}.{body}")).
@@ -248,8 +253,8 @@ def test_validate_sees_a_changed_or_unavailable_revision(
     contributor: Contributor, service_factory: ServiceFactory
 ) -> None:
     """validate re-queries each webhook: same revision 200, a new one 409 revision_changed."""
-    contributor.set_revision("rev", "one")
-    svc = service_factory(config({"rev": {"url": contributor.url("/state/rev")}}))
+    contributor.set_revision("rev", "one")  # the source's revision, in both packets' answers
+    svc = service_factory(config({"rev": {"url": contributor.url("/rev")}}))
     with httpx.Client(base_url=svc.base, timeout=5) as client:
         prep = client.post("/v1/prepare", json=request([("rev", "rev")])).json()
         frame = {"messages": prep["frame"]["messages"], "tools": prep["frame"]["tools"]}
@@ -337,6 +342,7 @@ def test_a_drain_under_a_second_is_still_bounded(
     is cancelled once the drain is over (its contributor call closed), the process exits, and
     the request never gets the 504 its deadline would have given."""
     path = f"/hang/drain-{uuid.uuid4().hex}"
+    contributor.script(path, Step(fault="hang"))
     svc = service_factory(
         config({"slow": {"url": contributor.url(path)}}, f"\n[server]\ndrain_seconds = {drain}\n")
     )

@@ -18,15 +18,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from e2e_support import BIN, free_port, stop, wait_ready
+from context_assembly_client.testing import ScriptedContributor, ServedProcess, service_command
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from context_assembly.contributors.mcp import CLOSE_SESSION_SECONDS, SHUTDOWN_GRACE_SECONDS
+from context_assembly.contributors.mcp_session import CLOSE_SESSION_SECONDS, SHUTDOWN_GRACE_SECONDS
 from context_assembly.tracing import FLUSH_MILLIS
-from loopback_handler import HandlerServer
 
 pytestmark = pytest.mark.e2e
 
@@ -42,13 +41,15 @@ HOOK_BODY = {
 }
 
 
-def serve(port: int, config: Path, env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
-    """``context-assembly serve`` on ``port`` with ``config``, its stderr to ``log``."""
-    return subprocess.Popen(
-        [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
-        cwd=config.parent,
+def serve(config: Path, env: dict[str, str]) -> ServedProcess:
+    """``context-assembly serve`` with ``config`` and exactly ``env``, ready once ``/readyz``
+    answers, its log in ``service.log`` beside the config."""
+    return ServedProcess(
+        service_command(config),
+        ready="/readyz",
         env=env,
-        stderr=log,
+        cwd=config.parent,
+        log=config.parent / "service.log",
     )
 
 
@@ -81,28 +82,21 @@ class Collector:
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[Collector, HandlerServer]]:
+def collector() -> Iterator[tuple[Collector, ScriptedContributor]]:
     receiver = Collector()
-    with HandlerServer(receiver) as server:
+    with ScriptedContributor(handler=receiver) as server:
         yield receiver, server
 
 
 def test_a_served_prepare_is_exported_and_continued_at_the_contributor(
-    tmp_path: Path, collector: tuple[Collector, HandlerServer]
+    tmp_path: Path, collector: tuple[Collector, ScriptedContributor]
 ) -> None:
     """``OTEL_EXPORTER_OTLP_ENDPOINT`` alone turns tracing on: the collector receives the server
     span (continuing the caller's trace), the prepare span and the contributor call under the
     configured service name, at the latest when the process is stopped; the contributor receives
     the same trace; probes are not traced."""
     receiver, server = collector
-    traceparents: list[str | None] = []
-
-    def contribute(request: httpx.Request) -> httpx.Response:
-        traceparents.append(request.headers.get("traceparent"))
-        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "a", "text": "x"}]})
-
-    with HandlerServer(contribute) as contributor:
-        port = free_port()
+    with ScriptedContributor() as contributor:
         config = tmp_path / "service.toml"
         config.write_text(
             f'[store]\npath = "{tmp_path / "traced.db"}"\n\n'
@@ -115,23 +109,18 @@ def test_a_served_prepare_is_exported_and_continued_at_the_contributor(
             "OTEL_BSP_SCHEDULE_DELAY": "600000",
             "OTEL_SERVICE_NAME": "assembly-e2e",
         }
-        with (tmp_path / "service.log").open("wb") as log:
-            proc = serve(port, config, env, log)
-            try:
-                base = f"http://127.0.0.1:{port}"
-                wait_ready(f"{base}/readyz", proc)
-                answer = httpx.post(
-                    f"{base}/v1/prepare",
-                    json=HOOK_BODY,
-                    headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"},
-                    timeout=30,
-                )
-                assert answer.status_code == 200, answer.text
-                assert not receiver.spans  # still in the batch
-            finally:
-                stop(proc)
+        with serve(config, env) as service:
+            answer = httpx.post(
+                f"{service.url}/v1/prepare",
+                json=HOOK_BODY,
+                headers={"traceparent": f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"},
+                timeout=30,
+            )
+            assert answer.status_code == 200, answer.text
+            assert not receiver.spans  # still in the batch
         # The shutdown posted the batch and had its answer before the process ended.
         assert receiver.arrived.is_set(), receiver.spans
+        traceparents = [call.request.headers.get("traceparent") for call in contributor.calls()]
 
     served = receiver.named("POST /v1/prepare")
     prepare = receiver.named("context_assembly.prepare")
@@ -162,14 +151,9 @@ def test_a_collector_that_never_answers_does_not_hold_the_stop(
     waiting in their batch, SIGTERM ends the process within the documented bound: the drain,
     the MCP sessions' end and the 5 s the spans are given, whatever the exporter's own timeout
     and retries (10 s each by default) would take. The spans left are logged as dropped."""
-
-    def contribute(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "a", "text": "x"}]})
-
     drain = 0.5
     bound = drain + CLOSE_SESSION_SECONDS + SHUTDOWN_GRACE_SECONDS + FLUSH_MILLIS / 1000 + 1.5
-    with HandlerServer(contribute) as contributor:
-        port = free_port()
+    with ScriptedContributor() as contributor:
         config = tmp_path / "service.toml"
         config.write_text(
             f"[server]\ndrain_seconds = {drain}\n\n"
@@ -181,24 +165,18 @@ def test_a_collector_that_never_answers_does_not_hold_the_stop(
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{black_hole}",
             "OTEL_BSP_SCHEDULE_DELAY": "600000",  # the spans wait for the shutdown
         }
-        log_path = tmp_path / "service.log"
-        with log_path.open("wb") as log:
-            proc = serve(port, config, env, log)
+        with serve(config, env) as service:
+            for _ in range(20):
+                answer = httpx.post(f"{service.url}/v1/prepare", json=HOOK_BODY, timeout=30)
+                assert answer.status_code == 200, answer.text
+            started = time.monotonic()
+            service.proc.send_signal(signal.SIGTERM)
             try:
-                base = f"http://127.0.0.1:{port}"
-                wait_ready(f"{base}/readyz", proc)
-                for _ in range(20):
-                    answer = httpx.post(f"{base}/v1/prepare", json=HOOK_BODY, timeout=30)
-                    assert answer.status_code == 200, answer.text
-                started = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=bound)
-                except subprocess.TimeoutExpired:
-                    pytest.fail(f"still running {bound} s after SIGTERM")
-                took = time.monotonic() - started
-            finally:
-                stop(proc)
+                service.proc.wait(timeout=bound)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"still running {bound} s after SIGTERM")
+            took = time.monotonic() - started
+    log_path = tmp_path / "service.log"
     assert took >= FLUSH_MILLIS / 1000 * 0.9  # the spans were given their time
     logged = [orjson.loads(line) for line in log_path.read_text().splitlines()]
     [dropped] = [line for line in logged if line["event"] == "tracing_flush_incomplete"]

@@ -207,7 +207,9 @@ def replies(draw: st.DrawFn) -> Reply:
             return Reply(200, draw(valid_answers.map(_dumps)), json_type, chunk=chunk, valid=True)
         if shape == "oversize":
             answer = draw(valid_answers)
-            answer["blocks"].append({"id": "pad", "text": "x" * CAP})
+            blocks = answer["blocks"]
+            assert isinstance(blocks, list)
+            blocks.append({"id": "pad", "text": "x" * CAP})
             return Reply(200, _dumps(answer), json_type, chunk=chunk)
         return Reply(200, draw(near_valid.map(_dumps)), json_type, chunk=chunk)
     status = draw(st.one_of(st.just(200), st.integers(100, 599)))

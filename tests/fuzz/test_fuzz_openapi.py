@@ -94,7 +94,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FastAPI]:
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_fuzz_openapi_operations(case: schemathesis.Case, app: FastAPI) -> None:
+def test_fuzz_openapi_operations(case: schemathesis.Case[Any], app: FastAPI) -> None:
     """Every documented operation: no 5xx, answers that conform to the document (status, content
     type, body, headers), malformed input refused, and every error as problem+json."""
     response = case.call_and_validate(

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from agents import Agent as AgentsAgent
 from agents import Runner, function_tool
+from agents.result import RunResultBase
 from agents_fakes import RecordingModel, Turn, text_output
 from context_assembly_client.integrations.langchain import ContextAssemblyMiddleware
 from context_assembly_client.integrations.openai_agents import ContextAssemblyInputFilter
@@ -66,11 +67,12 @@ class Observation:
 
 
 class Adapter(Protocol):
-    stats: AdapterStats
+    @property
+    def stats(self) -> AdapterStats: ...
 
     def flush(self, timeout: float | None = None) -> bool: ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> object: ...
 
 
 class Harness(Protocol):
@@ -131,11 +133,14 @@ class LangChainHarness:
         )
         if fixture["stream"]:
             answer = ""
-            async for chunk, _ in agent.astream({"messages": messages}, stream_mode="messages"):
+            # messages_from_dict answers BaseMessage; the agent's input state lists the
+            # concrete message classes.
+            stream = agent.astream({"messages": messages}, stream_mode="messages")  # type: ignore[call-overload]
+            async for chunk, _ in stream:
                 if isinstance(chunk, AIMessageChunk) and isinstance(chunk.content, str):
                     answer += chunk.content
         else:
-            state = await agent.ainvoke({"messages": messages})
+            state = await agent.ainvoke({"messages": messages})  # type: ignore[call-overload]
             answer = str(state["messages"][-1].content)
         seen = model.calls[-1]
         system = seen[0] if seen and isinstance(seen[0], SystemMessage) else None
@@ -205,7 +210,7 @@ class PydanticAIHarness:
                 yield word + " "
 
         agent = PydanticAgent(FunctionModel(answer, stream_function=stream), capabilities=[adapter])
-        agent.tool_plain(_lookup, name="lookup")
+        agent.tool_plain(name="lookup")(_lookup)
         if fixture["stream"]:
             async with agent.run_stream(None, message_history=history) as result:
                 text = await result.get_output()
@@ -261,6 +266,7 @@ class OpenAIAgentsHarness:
             tools=[function_tool(_lookup, name_override="lookup")],
         )
         config = adapter.run_config(tracing_disabled=True)
+        result: RunResultBase
         if fixture["stream"]:
             result = Runner.run_streamed(agent, items, run_config=config)
             async for _ in result.stream_events():

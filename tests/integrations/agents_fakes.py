@@ -53,7 +53,7 @@ class Turn:
 @dataclass
 class Call:
     instructions: str | None
-    input: list[TResponseInputItem]
+    input: list[Any]  # as the SDK gave them: its input dicts, or its pydantic items
     tools: list[str]
     settings: ModelSettings
 

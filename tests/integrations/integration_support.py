@@ -1,4 +1,5 @@
-"""Helpers of the runtime adapter tests: the served process, failing addresses, service reads."""
+"""Helpers of the runtime adapter tests: the served process (with a registered summarizer),
+failing addresses, service reads."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
+import orjson
 import pytest
 import uvicorn
 from context_assembly_client import Client
@@ -23,6 +27,9 @@ from starlette.responses import JSONResponse
 
 BIN = Path(sys.executable).parent
 READY_TIMEOUT_S = 20.0
+SUMMARIZER = "summarizer"
+"""The registered webhook that writes summaries (``assembly.compaction.summarizer``)."""
+SUMMARY = "They looked up order A42: it has shipped."
 
 
 def free_port() -> int:
@@ -83,13 +90,58 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"{url} not ready within {READY_TIMEOUT_S} s")
 
 
+@dataclass
+class Summarizer:
+    """A loopback summarizer webhook: answers every packet with ``SUMMARY`` and keeps them."""
+
+    url: str
+    packets: list[dict[str, Any]] = field(default_factory=list)
+
+
 @pytest.fixture(scope="session")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    """``context-assembly serve`` in its default configuration on a temporary SQLite file."""
+def summarizer() -> Iterator[Summarizer]:
+    """The summarizer webhook the served process has registered as ``SUMMARIZER``."""
+    packets: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # quiet
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            packets.append(orjson.loads(self.rfile.read(length)))
+            payload = orjson.dumps({"summary": SUMMARY})
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Summarizer(f"http://127.0.0.1:{server.server_address[1]}/summarize", packets)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory, summarizer: Summarizer) -> Iterator[Service]:
+    """``context-assembly serve`` in its default configuration on a temporary SQLite file, with
+    the ``summarizer`` webhook registered."""
     folder = tmp_path_factory.mktemp("adapters")
     port = free_port()
     config = folder / "service.toml"
-    config.write_text(f'[store]\nbackend = "sqlite"\npath = "{folder / "adapters.db"}"\n')
+    config.write_text(
+        f'[store]\nbackend = "sqlite"\npath = "{folder / "adapters.db"}"\n\n'
+        f'[contributors.{SUMMARIZER}]\nurl = "{summarizer.url}"\n'
+    )
     log = (folder / "service.log").open("wb")
     proc = subprocess.Popen(
         [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],

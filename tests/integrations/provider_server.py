@@ -12,6 +12,12 @@ models: when the conversation's last assistant turn called tools (the results ar
 request offers no tool ``TOOL``, a text answer (``ANSWER``); otherwise a call of ``TOOL`` with
 ``{"id": "A42"}``, so an agent with that tool runs one tool step per user turn. ``stream: true`` gets the API's server-sent events. Each answer
 has an id of its own (``chatcmpl-N``, ``resp_N``, ``msg_N``) and the usage figures below.
+
+A request that asks for the provider's compaction (``context_management``) while its
+conversation holds no compaction item yet is answered as one that crossed the threshold: the
+answer opens with a compaction item (Anthropic's ``compaction`` block with the summary
+``COMPACTED``, a Responses ``compaction`` item), as each API returns it. Recorded requests keep
+their headers (``anthropic-beta``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 import orjson
 from anthropic.types import Message
+from anthropic.types.beta import BetaMessage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response
 
@@ -31,6 +38,8 @@ TOOL = "lookup"
 ARGUMENTS = {"id": "A42"}
 ANSWER = "Order A42 has shipped."
 INPUT, CACHED, WRITTEN, OUTPUT = 2000, 1280, 300, 12
+COMPACTED = "The user asked about order A42; it has shipped."
+ENCRYPTED = "gAAAA-compacted-by-the-stand-in"
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,14 @@ class Recorded:
     path: str
     body: dict[str, Any]
     response_id: str
+    headers: dict[str, str]
+
+
+def _compacts(body: dict[str, Any]) -> bool:
+    """The request asks for compaction and holds no compaction item yet."""
+    if not body.get("context_management"):
+        return False
+    return b'"type":"compaction"' not in orjson.dumps(body.get("messages") or body.get("input"))
 
 
 # --------------------------------------------------------------------------- what to answer
@@ -116,7 +133,9 @@ def _chat_events(completion: dict[str, Any]) -> list[tuple[str | None, Any]]:
     return [*((None, chunk) for chunk in chunks), (None, "[DONE]")]
 
 
-def _response(n: int, done: bool, model: str, status: str = "completed") -> dict[str, Any]:
+def _response(
+    n: int, done: bool, model: str, status: str = "completed", compact: bool = False
+) -> dict[str, Any]:
     if done:
         output: list[dict[str, Any]] = [
             {
@@ -138,6 +157,8 @@ def _response(n: int, done: bool, model: str, status: str = "completed") -> dict
                 "status": "completed",
             }
         ]
+    if compact:
+        output.insert(0, {"type": "compaction", "id": f"cmp_{n}", "encrypted_content": ENCRYPTED})
     response: dict[str, Any] = {
         "id": f"resp_{n}",
         "object": "response",
@@ -184,12 +205,14 @@ def _anthropic_usage() -> dict[str, Any]:
     }
 
 
-def _message(n: int, done: bool, model: str) -> dict[str, Any]:
+def _message(n: int, done: bool, model: str, compact: bool = False) -> dict[str, Any]:
     content: list[dict[str, Any]] = (
         [{"type": "text", "text": ANSWER}]
         if done
         else [{"type": "tool_use", "id": f"toolu_{n}", "name": TOOL, "input": ARGUMENTS}]
     )
+    if compact:
+        content.insert(0, {"type": "compaction", "content": COMPACTED})
     message = {
         "id": f"msg_{n}",
         "type": "message",
@@ -200,7 +223,7 @@ def _message(n: int, done: bool, model: str) -> dict[str, Any]:
         "stop_sequence": None,
         "usage": _anthropic_usage(),
     }
-    Message.model_validate(message)
+    (BetaMessage if compact else Message).model_validate(message)
     return message
 
 
@@ -208,13 +231,15 @@ def _message_events(message: dict[str, Any]) -> list[tuple[str | None, Any]]:
     block = message["content"][0]
     start = {**message, "content": [], "stop_reason": None}
     start["usage"] = {**message["usage"], "output_tokens": 1}
+    opened: dict[str, Any]
+    delta: dict[str, Any]
     if block["type"] == "text":
         opened = {"type": "text", "text": ""}
         delta = {"type": "text_delta", "text": block["text"]}
     else:
         opened = {**block, "input": {}}
         delta = {"type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "message_start", "message": start},
         {"type": "content_block_start", "index": 0, "content_block": opened},
         {"type": "content_block_delta", "index": 0, "delta": delta},
@@ -260,7 +285,8 @@ class ProviderServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = orjson.loads(self.rfile.read(length)) if length else {}
-                status, media, payload = server.answer(self.path.split("?")[0], body)
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                status, media, payload = server.answer(self.path.split("?")[0], body, headers)
                 self.send_response(status)
                 self.send_header("content-type", media)
                 self.send_header("content-length", str(len(payload)))
@@ -273,37 +299,43 @@ class ProviderServer:
         self._thread.start()
         self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
 
-    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, str, bytes]:
+    def answer(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[int, str, bytes]:
         n = next(self._numbers)
+        headers = headers or {}
+        compact = _compacts(body)
         model = str(body.get("model") or "model")
         stream = body.get("stream") is True
         offered = TOOL in orjson.dumps(body.get("tools") or []).decode()
         if path.endswith("/chat/completions"):
             done = not offered or _chat_done(body.get("messages") or [])
             completion = _chat(n, done, model)
-            self._record(path, body, completion["id"])
+            self._record(path, body, completion["id"], headers)
             if stream:
                 return 200, "text/event-stream", _sse(_chat_events(completion))
             return 200, "application/json", orjson.dumps(completion)
         if path.endswith("/responses"):
             items = body.get("input")
             done = not offered or _responses_done(items if isinstance(items, list) else [])
-            self._record(path, body, f"resp_{n}")
+            self._record(path, body, f"resp_{n}", headers)
             if stream:
                 return 200, "text/event-stream", _sse(_response_events(n, done, model))
-            return 200, "application/json", orjson.dumps(_response(n, done, model))
+            return 200, "application/json", orjson.dumps(_response(n, done, model, compact=compact))
         if path.endswith("/messages"):
             done = not offered or _anthropic_done(body.get("messages") or [])
-            message = _message(n, done, model)
-            self._record(path, body, message["id"])
+            message = _message(n, done, model, compact=compact)
+            self._record(path, body, message["id"], headers)
             if stream:
                 return 200, "text/event-stream", _sse(_message_events(message))
             return 200, "application/json", orjson.dumps(message)
         return 404, "application/json", orjson.dumps({"error": {"message": f"no route {path}"}})
 
-    def _record(self, path: str, body: dict[str, Any], response_id: str) -> None:
+    def _record(
+        self, path: str, body: dict[str, Any], response_id: str, headers: dict[str, str]
+    ) -> None:
         with self._lock:
-            self.calls.append(Recorded(path, body, response_id))
+            self.calls.append(Recorded(path, body, response_id, headers))
 
     def close(self) -> None:
         self._http.shutdown()

@@ -150,7 +150,7 @@ def test_streaming_sends_the_tokens_and_reports_the_streamed_usage(
         for chunk, _ in agent_with(model, middleware).stream(
             {"messages": [HumanMessage(QUESTION)]}, stream_mode="messages"
         )
-        if isinstance(chunk, AIMessageChunk) and chunk.content
+        if isinstance(chunk, AIMessageChunk) and isinstance(chunk.content, str) and chunk.content
     ]
     assert len(chunks) > 1 and "".join(chunks) == "A42 was paid in full."
     assert sum(BLOCK_TEXT in str(m.content) for m in model.calls[0]) == 1
@@ -226,7 +226,10 @@ def test_provider_settings_go_only_to_the_provider_s_own_class(
         system_prompt="Be exact.",
         middleware=[middleware],
     )
-    history = [HumanMessage("Where is A42?"), AIMessage("It left on Monday.")]
+    history: list[HumanMessage | AIMessage] = [
+        HumanMessage("Where is A42?"),
+        AIMessage("It left on Monday."),
+    ]
     agent.invoke({"messages": [*history, HumanMessage(QUESTION)]})
 
     plan = prepared[0].selection.cache

@@ -84,7 +84,7 @@ async def test_a_tool_loop_is_prepared_call_by_call_with_the_run_context(service
             report_id,
             tokens,
         )
-    assert last.cached_input_tokens == 64
+    assert last is not None and last.cached_input_tokens == 64
 
 
 async def test_runs_side_by_side_report_to_their_own_preparations(service: Service) -> None:

@@ -65,3 +65,27 @@ def test_align_refuses_a_frame_that_lost_or_changed_a_message() -> None:
     changed = {"role": "assistant", "content": "something else"}
     with pytest.raises(IntegrationError, match="matches no message"):
         align([history[0].neutral, changed, inputs[0].neutral], history, inputs, dropped=0)
+
+
+def test_the_adapters_take_anthropic_markers_only() -> None:
+    """A neutral plan for an OpenAI model with explicit breakpoints names ``30m`` breakpoints
+    (``prompt_cache_breakpoint``): the adapters, which place Anthropic markers, take none of
+    them; the Anthropic markers of a plan are kept."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from context_assembly_client.integrations.preparer import Breakpoint, _cache_plan
+    from context_assembly_client.types import CacheBreakpoint
+
+    def response(ttls: list[str]) -> Any:
+        points = [
+            CacheBreakpoint.model_validate(
+                {"after": "history", "tokens": 2000, "ttl": ttl, "message": 3}
+            )
+            for ttl in ttls
+        ]
+        cache = SimpleNamespace(breakpoints=points, prompt_cache_key="k")
+        return SimpleNamespace(selection=SimpleNamespace(cache=cache))
+
+    assert _cache_plan(response(["30m", "30m"])) == ([], "k", None)
+    assert _cache_plan(response(["1h"]))[0] == [Breakpoint("history", "1h", 3)]

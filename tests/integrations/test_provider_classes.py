@@ -35,6 +35,7 @@ from integration_support import Service
 from langchain.agents import create_agent
 from langchain_anthropic import ChatAnthropic
 from langchain_core.messages import AIMessageChunk, HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool as langchain_tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -120,7 +121,7 @@ async def langchain_run(
         middleware=[middleware],
         checkpointer=InMemorySaver(),  # a thread: the default scope, so the turns chain
     )
-    config = {"configurable": {"thread_id": f"thread-{uuid.uuid4().hex}"}}
+    config: RunnableConfig = {"configurable": {"thread_id": f"thread-{uuid.uuid4().hex}"}}
     for question in QUESTIONS:
         state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config)
         assert state["messages"][-1].content == ANSWER
@@ -137,7 +138,7 @@ async def pydantic_ai_run(
         on_prepared=prepared.append,
     )
     agent = PydanticAgent(model, instructions=INSTRUCTIONS, capabilities=[capability])
-    agent.tool_plain(lookup, name=TOOL, description=LONG)
+    agent.tool_plain(name=TOOL, description=LONG)(lookup)
     history = None
     for question in QUESTIONS:  # the run's conversation id (kept in the history) chains them
         result = await agent.run(question, message_history=history)
@@ -467,7 +468,7 @@ async def pydantic_ai_stream(
     )
     model = OpenAIChatModel(GPT, provider=OpenAIProvider(openai_client=openai_client(server)))
     agent = PydanticAgent(model, instructions=INSTRUCTIONS, capabilities=[capability])
-    agent.tool_plain(lookup, name=TOOL, description=LONG)
+    agent.tool_plain(name=TOOL, description=LONG)(lookup)
     async with agent.run_stream(QUESTIONS[0]) as result:
         assert await result.get_output() == ANSWER
     return capability

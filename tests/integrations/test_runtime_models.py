@@ -26,7 +26,7 @@ from context_assembly_client.integrations.pydantic_ai import ContextAssemblyCapa
 from context_assembly_client.types import PrepareResponse
 from integration_support import Service
 from langchain.agents import create_agent
-from langchain.agents.middleware import ModelFallbackMiddleware
+from langchain.agents.middleware import AgentMiddleware, ModelFallbackMiddleware
 from langchain_anthropic import ChatAnthropic
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_fakes import RecordingChatModel, usage
@@ -77,9 +77,8 @@ async def test_langchain_prepares_for_the_model_a_fallback_moved_the_call_to(
     )
     primary = ChatOpenAI(model=GPT, base_url=f"{closed_url}/v1", api_key="k", max_retries=0)
     fallback = ChatAnthropic(model=CLAUDE, base_url=provider.url, api_key="k", max_retries=0)
-    agent = create_agent(
-        primary, tools=[], middleware=[ModelFallbackMiddleware(fallback), middleware]
-    )
+    stack: list[AgentMiddleware[Any, Any, Any]] = [ModelFallbackMiddleware(fallback), middleware]
+    agent = create_agent(primary, tools=[], middleware=stack)
     state = await agent.ainvoke({"messages": [HumanMessage("Say hello.")]})
     await middleware.aclose()
     assert state["messages"][-1].content == ANSWER

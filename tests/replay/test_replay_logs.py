@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from context_assembly.replay.driver import Options, replay
+from context_assembly.replay.driver import replay
 from context_assembly.replay.frames import TextCounter, anthropic_segments
 from context_assembly.replay.logs import LogError, read_lines, read_log
+from context_assembly.replay.policies import Options
 from context_assembly.replay.synth import DEFAULT_START, blocks_text
 
 LOGS = Path(__file__).resolve().parent / "logs"

@@ -8,6 +8,7 @@ import pytest
 from context_assembly.replay.rules import (
     ANTHROPIC_PRICES,
     AnthropicCache,
+    OpenAIBreakpointCache,
     OpenAICache,
     Segment,
     TheoryCache,
@@ -36,7 +37,7 @@ STEP: tuple[Spec, ...] = (("tools", 2000, "5m"), ("system", 500), ("user1", 1000
 STEP += (("answer1", 300), ("result1", 200, "5m"))
 # The same blocks with the marker moved on: only the tools keep theirs.
 MOVED: tuple[Spec, ...] = (*STEP[:4], ("result1", 200))
-FAR = (*tuple((f"x{i}", 10) for i in range(1, 21)), ("x21", 10, "5m"))
+FAR: tuple[Spec, ...] = (*tuple((f"x{i}", 10) for i in range(1, 21)), ("x21", 10, "5m"))
 
 
 def test_a_small_conversation_by_hand() -> None:
@@ -62,7 +63,7 @@ def test_a_small_conversation_by_hand() -> None:
 
 def test_the_lookback_reaches_twenty_boundaries_back_and_no_further() -> None:
     """An entry 20 boundaries before a marker is read; one 21 before is not."""
-    near = (*tuple((f"x{i}", 10) for i in range(1, 20)), ("x20", 10, "5m"))
+    near: tuple[Spec, ...] = (*tuple((f"x{i}", 10) for i in range(1, 20)), ("x20", 10, "5m"))
     cache = AnthropicCache(minimum=1024)
     cache.send(prompt(*STEP), now=0)
     # result1 is 20 boundaries before x20: 4,000 read, the 200 tokens of x1..x20 written.
@@ -138,3 +139,84 @@ def test_theory_reads_the_longest_live_shared_prefix_at_any_boundary() -> None:
     hour = TheoryCache(minimum=1024, ttl="1h")
     hour.send(prompt(*HEAD), now=0)
     assert hour.send(prompt(*HEAD), now=360) == Usage(3500, 3500, 0, 0)
+
+
+def openai_prompt(*blocks: tuple[str, int, str]) -> list[Segment]:
+    """OpenAI blocks named by hand, each with its kind: ``b`` a block with a
+    ``prompt_cache_breakpoint``, ``a`` an assistant's (no implicit breakpoint ends on it), ``-``
+    any other."""
+    out = []
+    path = ""
+    for name, tokens, kind in blocks:
+        path += "/" + name
+        out.append(Segment(path.encode(), tokens, breakpoint=kind == "b", eligible=kind != "a"))
+    return out
+
+
+def test_gpt_5_6_reads_only_at_a_breakpoint_written_before() -> None:
+    """Implicit mode: OpenAI's own breakpoint ends on the newest user message. A next request
+    that shares more than the marked prefix reads exactly up to a breakpoint written before,
+    with no steps of 128; writes run from the read point to the last breakpoint written."""
+    cache = OpenAIBreakpointCache(minimum=1024)
+    first = openai_prompt(("system", 1500, "b"), ("user1", 300, "-"))
+    # Nothing cached: breakpoints after system (1,500) and, OpenAI's own, user1 (1,800).
+    assert cache.send(first, now=0) == Usage(1800, 0, 1800)
+    # The stable-prefix shape: user1 now follows other data, so only the system entry matches
+    # (1,500 read, not 1,408 or 1,536); OpenAI's own breakpoint on user2 writes the rest.
+    second = openai_prompt(("system", 1500, "b"), ("data", 400, "-"), ("user2", 300, "-"))
+    assert cache.send(second, now=60) == Usage(2200, 1500, 700)
+    # The same request again reads all of it: its own end was written a minute ago.
+    assert cache.send(second, now=120) == Usage(2200, 2200, 0)
+    # 31 minutes after the last use everything has expired.
+    assert cache.send(second, now=120 + 31 * 60) == Usage(2200, 0, 2200)
+
+
+def test_gpt_5_6_writes_at_most_four_breakpoints() -> None:
+    """Implicit mode writes the latest 3 marked blocks and its own on the newest non-assistant
+    block; explicit mode the latest 4 marked ones, and nothing without a mark."""
+    blocks = [(f"m{i}", 1100 if i == 0 else 100, "b") for i in range(6)]
+    blocks.append(("answer", 100, "a"))
+    implicit = OpenAIBreakpointCache(minimum=1024)
+    # Written: m3, m4, m5 and OpenAI's own on m5 (answer is the assistant's): up to 1,600.
+    assert implicit.send(openai_prompt(*blocks), now=0) == Usage(1700, 0, 1600)
+    shorter = [*blocks[:3], ("other", 100, "-")]
+    # m2 (1,300) was not written: its prefix is not read; nothing of the first request is.
+    assert implicit.send(openai_prompt(*shorter), now=1) == Usage(1400, 0, 1400)
+    explicit = OpenAIBreakpointCache(minimum=1024)
+    # The latest 4 marks: m2 to m5, up to 1,600.
+    assert explicit.send(openai_prompt(*blocks), now=0, explicit=True) == Usage(1700, 0, 1600)
+    unmarked = OpenAIBreakpointCache(minimum=1024)
+    plain = openai_prompt(("system", 1500, "-"), ("user", 100, "-"))
+    assert unmarked.send(plain, now=0, explicit=True) == Usage(1600, 0, 0)
+    assert unmarked.send(plain, now=1, explicit=True) == Usage(1600, 0, 0)
+
+
+def test_gpt_5_6_matches_the_latest_80_breakpoints_only() -> None:
+    """An entry is matched while it is among the latest 80 breakpoints written, however far
+    back in the prompt; older ones are not."""
+    cache = OpenAIBreakpointCache(minimum=1024)
+    head = ("system", 2000, "b")
+    assert cache.send(openai_prompt(head), now=0) == Usage(2000, 0, 2000)
+    for i in range(79):  # 79 more breakpoints on other prefixes: system is the 80th newest
+        cache.send(openai_prompt((f"other{i}", 1100, "-")), now=1)
+    longer = openai_prompt(head, *((f"x{i}", 10, "a") for i in range(50)), ("u", 10, "-"))
+    assert cache.send(longer, now=2).cache_read == 2000
+    for i in range(80):
+        cache.send(openai_prompt((f"more{i}", 1100, "-")), now=3)
+    assert cache.send(openai_prompt(head, ("v", 10, "-")), now=4).cache_read == 0
+
+
+def test_gpt_5_6_writes_cost_a_quarter_more() -> None:
+    assert openai_prices("gpt-5.6-sol", breakpoints=True).write_5m == 1.25
+    assert openai_prices("gpt-5.5").write_5m == 1.0
+
+
+def test_gpt_5_6_usage_reports_its_writes() -> None:
+    """The simulated OpenAI usage names the writes where there are some (``cache_write_tokens``,
+    which the service reads as cache creation), and nothing more for the older models."""
+    from context_assembly.replay.conversation import simulated_usage
+
+    written = simulated_usage("openai-responses", Usage(3000, 1000, 1500), 7)
+    assert written["input_tokens_details"] == {"cached_tokens": 1000, "cache_write_tokens": 1500}
+    older = simulated_usage("openai-chat", Usage(3000, 1000), 7)
+    assert older["prompt_tokens_details"] == {"cached_tokens": 1000}

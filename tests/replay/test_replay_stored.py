@@ -7,6 +7,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -25,18 +26,18 @@ def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def conversation(tmp_path: Path) -> tuple[Path, list[str], list[dict]]:
+def conversation(tmp_path: Path) -> tuple[Path, list[str], list[dict[str, Any]]]:
     """Three turns of one scope on a Sonnet model, the first two reported, in a SQLite file."""
     database = tmp_path / "service.db"
     config = tmp_path / "service.toml"
     config.write_text(f'[store]\npath = "{database}"\n')
     scope = {"task_id": secrets.token_hex(4)}
     ids: list[str] = []
-    reports: list[dict] = []
+    reports: list[dict[str, Any]] = []
     with TestClient(create_app(load_settings(config))) as client:
-        history: list[dict] = []
+        history: list[dict[str, Any]] = []
         for number in range(3):
-            body = {
+            body: dict[str, Any] = {
                 "model": "claude-sonnet-4-5",
                 "render": "anthropic",
                 "assembly": {"layout": "transcript"},
@@ -65,7 +66,7 @@ def conversation(tmp_path: Path) -> tuple[Path, list[str], list[dict]]:
 
 
 def test_the_stored_turns_show_predicted_against_reported_and_the_cost(
-    conversation: tuple[Path, list[str], list[dict]],
+    conversation: tuple[Path, list[str], list[dict[str, Any]]],
 ) -> None:
     config, ids, reports = conversation
     done = run("--preparation", ids[-1], "--config", config, "--json")
@@ -86,7 +87,7 @@ def test_the_stored_turns_show_predicted_against_reported_and_the_cost(
 
 
 def test_an_unknown_preparation_or_files_with_it_are_refused(
-    conversation: tuple[Path, list[str], list[dict]],
+    conversation: tuple[Path, list[str], list[dict[str, Any]]],
 ) -> None:
     config, ids, _ = conversation
     unknown = run("--preparation", "prep_unknown", "--config", config)

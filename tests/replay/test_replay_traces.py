@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 import pytest
 
-from context_assembly.replay.driver import _mark_last_message
 from context_assembly.replay.frames import TextCounter, anthropic_segments
+from context_assembly.replay.policies import mark_last_message
 from context_assembly.replay.rules import AnthropicCache, Usage
 from context_assembly.replay.synth import (
     BLOCK_TOKENS,
@@ -92,7 +92,7 @@ def test_a_small_trace_by_hand() -> None:
     counter = TextCounter()
     got = []
     for call in conversation.calls:
-        body = _mark_last_message(call.body, "anthropic", "5m")
+        body = mark_last_message(call.body, "anthropic", "5m")
         got.append(cache.send(anthropic_segments(body, counter), call.at.timestamp()))
     assert got == [
         # system 1,283 + user (256 + 3) = 1,542, all written at the marker.

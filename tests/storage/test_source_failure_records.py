@@ -59,6 +59,7 @@ def test_a_failed_source_report_reads_with_or_without_its_failure(
     app = create_app(settings, clock=clock)
     base = f"/v1/preparations/{record['id']}"
     with TestClient(app) as client:
+        assert client.portal is not None
         client.portal.call(app.state.preparations.store.put, PreparationRecord(**record))
         got = client.get(base)
         text = client.get(f"{base}/breakdown", headers={"accept": "text/plain"})

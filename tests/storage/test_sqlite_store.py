@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from storage_support import RecordFactory
@@ -16,14 +18,30 @@ from context_assembly.storage import (
     PreparationRecord,
     open_store,
 )
-from context_assembly.storage.sqlite import (
-    _SCHEMA,
-    SCHEMA_VERSION,
-    SqliteStore,
-    wal_multiprocess_safe,
-)
+from context_assembly.storage import sqlite as sqlite_store
+from context_assembly.storage.sqlite import _SCHEMA, SCHEMA_VERSION, SqliteStore
 
 OBS = {"provider": "openai", "call": "main", "provider_input_tokens": 10}
+# How long a test waits for the store's worker thread to begin a write: a hang guard only.
+WORKER_BOUND = 5.0
+
+T = TypeVar("T")
+
+
+def _announce_writes(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """An event the store's worker thread sets as it begins a write transaction, just before
+    its ``BEGIN IMMEDIATE`` (which waits for a lock another connection holds): a test that
+    waits on it knows its operation holds the worker thread."""
+    loop = asyncio.get_running_loop()
+    began = asyncio.Event()
+    write = sqlite_store._write
+
+    def announcing(fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+        loop.call_soon_threadsafe(began.set)
+        return write(fn, conn)
+
+    monkeypatch.setattr(sqlite_store, "_write", announcing)
+    return began
 
 
 async def test_file_is_in_wal_mode_with_the_current_schema(tmp_path: Path) -> None:
@@ -163,26 +181,6 @@ async def test_a_version_1_file_gains_the_latest_table_and_keeps_its_records(
     check.close()
 
 
-@pytest.mark.parametrize(
-    ("version", "safe"),
-    [
-        ((3, 40, 1), False),  # Debian 12 / our Python build
-        ((3, 44, 5), False),
-        ((3, 44, 6), True),  # backport
-        ((3, 45, 0), False),
-        ((3, 50, 6), False),
-        ((3, 50, 7), True),  # backport
-        ((3, 51, 1), False),  # pysqlite3-binary 0.5.4.post2
-        ((3, 51, 2), False),
-        ((3, 51, 3), True),  # the fix
-        ((3, 52, 1), True),
-    ],
-)
-def test_wal_reset_bug_versions(version: tuple[int, int, int], safe: bool) -> None:
-    """Only 3.51.3+ and the 3.50.7 / 3.44.6 backport lines count as safe for several writers."""
-    assert wal_multiprocess_safe(version) is safe
-
-
 async def test_open_store_checks_its_arguments() -> None:
     """Each backend needs its location, and unknown backends are refused."""
     with pytest.raises(ValueError, match="path"):
@@ -242,18 +240,19 @@ async def test_an_id_already_in_the_file_is_refused_by_put(
 
 
 async def test_put_waits_for_a_held_write_lock_instead_of_failing(
-    tmp_path: Path, make_record: RecordFactory, now: float
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While another process holds the write lock, ``put`` waits (up to the busy timeout)
     instead of failing, and returns once its record is committed."""
     path = tmp_path / "s.db"
     store = await SqliteStore.open(path, busy_timeout_ms=5000)
+    began = _announce_writes(monkeypatch)
     blocker = sqlite3.connect(path, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")
         record = make_record()
         pending = asyncio.ensure_future(store.put(record))
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(began.wait(), timeout=WORKER_BOUND)
         assert not pending.done()  # waiting on the thread, not failed
         assert _outside_ids(path) == set()
         blocker.execute("COMMIT")
@@ -289,19 +288,20 @@ async def test_a_put_that_cannot_write_raises_and_stores_nothing(
 
 
 async def test_a_cancelled_put_does_not_cut_its_transaction(
-    tmp_path: Path, make_record: RecordFactory, now: float
+    tmp_path: Path, make_record: RecordFactory, now: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A caller cancelled while its put waits for the lock (its client went away) leaves the
     transaction to run whole on the worker thread: the record is written, reports and all."""
     path = tmp_path / "s.db"
     store = await SqliteStore.open(path, busy_timeout_ms=5000)
+    began = _announce_writes(monkeypatch)
     blocker = sqlite3.connect(path, isolation_level=None)
     try:
         answered = Accounting(last=OBS, auxiliary=None)
         record = make_record(reports={"a": answered, "b": answered})
         blocker.execute("BEGIN IMMEDIATE")
         pending = asyncio.ensure_future(store.put(record))
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(began.wait(), timeout=WORKER_BOUND)
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending
@@ -314,17 +314,18 @@ async def test_a_cancelled_put_does_not_cut_its_transaction(
 
 
 async def test_ping_answers_while_a_write_waits_for_the_lock(
-    tmp_path: Path, make_record: RecordFactory
+    tmp_path: Path, make_record: RecordFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A readiness probe never queues behind a write waiting for the lock (it would wait the
     5 s busy timeout): ``ping`` returns while the put is still waiting on the worker thread."""
     path = tmp_path / "s.db"
     store = await SqliteStore.open(path, busy_timeout_ms=5000)
+    began = _announce_writes(monkeypatch)
     blocker = sqlite3.connect(path, isolation_level=None)
     try:
         blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
         pending = asyncio.ensure_future(store.put(make_record()))
-        await asyncio.sleep(0.1)  # the put is on the worker thread, waiting for the lock
+        await asyncio.wait_for(began.wait(), timeout=WORKER_BOUND)  # the put holds the thread
         await asyncio.wait_for(store.ping(), timeout=4)  # well inside the busy timeout
         assert not pending.done()  # ping did not wait for the write
         blocker.execute("COMMIT")

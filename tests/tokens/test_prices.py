@@ -303,8 +303,8 @@ def test_a_replaced_model_of_another_provider_loses_its_shipped_price() -> None:
     def registry(provider: str, tokenizer: str) -> ModelRegistry:
         entry = ModelEntry(
             name="gpt-4",
-            provider=provider,  # type: ignore[arg-type]
-            tokenizer=tokenizer,  # type: ignore[arg-type]
+            provider=provider,
+            tokenizer=tokenizer,
             context_window=8_192,
             max_output_tokens=8_192,
         )

@@ -13,7 +13,6 @@ from context_assembly.tokens.registry import (
     ModelEntry,
     ModelRegistry,
     RegistryDataError,
-    normalise_model_name,
 )
 
 REQUIRED: dict[str, str] = {
@@ -252,12 +251,6 @@ def test_malformed_json_is_a_registry_error() -> None:
     """Syntactically broken JSON is reported as RegistryDataError, not a bare parser error."""
     with pytest.raises(RegistryDataError):
         ModelRegistry.from_json(b"{not json")
-
-
-def test_normalise_model_name() -> None:
-    """Normalisation lower-cases, strips whitespace, a routing prefix and OpenAI's ft: prefix."""
-    assert normalise_model_name("  Models/Gemini-2.5-Pro ") == "gemini-2.5-pro"
-    assert normalise_model_name("ft:gpt-4o:org::x") == "gpt-4o:org::x"
 
 
 # ---------------------------------------------------------------------------- resolution table

@@ -19,6 +19,9 @@
  *   counted). The service counts images and files with its conservative constants.
  * - Function tools are `{name, description, parameters}`; provider tools are sent by name only
  *   (the service cannot know what a provider adds for them).
+ * - An Anthropic compaction block (a text part whose `providerOptions.anthropic.type` is
+ *   `compaction`, as `@ai-sdk/anthropic` returns it) is a `native` part, so that the service
+ *   reads the history as the provider does: from the latest compaction on.
  *
  * Back, {@link applyFrame}: the frame's messages and tools, in frame order, as the AI SDK's types.
  *
@@ -35,6 +38,9 @@
  *   (Anthropic's Messages API refuses a system role inside `messages`) it is a `user` message
  *   whose text begins with the marker line `[developer instructions]` (`[system instructions]`),
  *   as the service's `anthropic` render writes it. The data message is a `user` message.
+ * - A message the service rewrote (a tool result it cleared, a summary in place of the history it
+ *   folded) matches none that was sent: it is mapped as one the service wrote. History it left
+ *   out (before a provider's compaction item, folded, dropped) is not in the prompt.
  * - Tools are the caller's own tool objects, in the frame's order.
  * - With a cache plan (`selection.cache`) and an Anthropic model, each breakpoint puts
  *   `providerOptions.anthropic.cacheControl = {type: "ephemeral"}` (`ttl: "1h"` when planned)
@@ -49,7 +55,7 @@ import { createHash } from "node:crypto";
 import type { LanguageModelMiddleware } from "ai";
 
 import { ContextAssemblyError } from "./errors.js";
-import type { CacheBreakpoint, CacheReport, Message, OpaquePart, PrepareResponse, TextPart, Tool, ToolCall } from "./types.js";
+import type { CacheBreakpoint, CacheReport, Message, NativePart, OpaquePart, PrepareResponse, TextPart, Tool, ToolCall } from "./types.js";
 
 type TransformArgs = Parameters<NonNullable<LanguageModelMiddleware["transformParams"]>>[0];
 /** The call options a language model middleware sees (ai 6: `LanguageModelV3CallOptions`). */
@@ -123,6 +129,8 @@ export interface CallMapping {
   origins: Map<string, Origin[]>;
   /** Digest → the part it names, for an opaque part in a message the service wrote itself. */
   opaque: Map<string, ContentPart>;
+  /** Canonical item → the part it came from, for a native part in a message the service wrote. */
+  native: Map<string, ContentPart>;
   callTools: Map<string, CallTool>;
 }
 
@@ -154,8 +162,24 @@ function opaquePart(part: ContentPart, mapping: CallMapping): OpaquePart {
   return opaque;
 }
 
+type SentPart = TextPart | OpaquePart | NativePart;
+
+/** An Anthropic compaction block as `@ai-sdk/anthropic` returns it: a text part so marked. */
+function isCompaction(part: ContentPart): boolean {
+  const anthropic = (part as { providerOptions?: ProviderOptions }).providerOptions?.anthropic;
+  return part.type === "text" && anthropic?.type === "compaction";
+}
+
+/** The provider's compaction item, as the service reads it (its summary counted). */
+function compactionPart(part: Extract<ContentPart, { type: "text" }>, mapping: CallMapping): NativePart {
+  const native: NativePart = { type: "native", format: "anthropic", item: { type: "compaction", content: part.text }, text: part.text };
+  const key = canonical(native.item);
+  if (!mapping.native.has(key)) mapping.native.set(key, part);
+  return native;
+}
+
 /** A sole text part is sent as a string, anything else as parts. */
-function content(parts: (TextPart | OpaquePart)[]): string | (TextPart | OpaquePart)[] {
+function content(parts: SentPart[]): string | SentPart[] {
   const [first] = parts;
   return parts.length === 1 && first?.type === "text" ? (first as TextPart).text : parts;
 }
@@ -225,10 +249,11 @@ function neutralMessages(message: PromptMessage, mapping: CallMapping): Message[
       return [remember(mapping, { role: "user", content: content(parts) }, whole)];
     }
     case "assistant": {
-      const parts: (TextPart | OpaquePart)[] = [];
+      const parts: SentPart[] = [];
       const calls: ToolCall[] = [];
       for (const part of message.content) {
-        if (part.type === "text") parts.push({ type: "text", text: part.text });
+        if (part.type === "text" && isCompaction(part)) parts.push(compactionPart(part, mapping));
+        else if (part.type === "text") parts.push({ type: "text", text: part.text });
         else if (part.type === "tool-call") calls.push({ id: part.toolCallId, name: part.toolName, arguments: toolArguments(part.input) });
         else parts.push(opaquePart(part, mapping));
       }
@@ -263,7 +288,7 @@ function inputStart(messages: readonly PromptMessage[]): number {
 
 /** The host parts of the prepare request for one call (see the module comment). */
 export function mapCall(params: CallOptions): CallMapping {
-  const mapping: CallMapping = { instructions: "", history: [], input: [], tools: [], origins: new Map(), opaque: new Map(), callTools: new Map() };
+  const mapping: CallMapping = { instructions: "", history: [], input: [], tools: [], origins: new Map(), opaque: new Map(), native: new Map(), callTools: new Map() };
   const prompt = params.prompt;
   let leading = 0;
   const system: string[] = [];
@@ -307,6 +332,11 @@ function partsOf(message: Message, index: number, mapping: CallMapping): Content
   }
   return message.content.map((part) => {
     if (part.type === "text") return { type: "text", text: (part as TextPart).text };
+    if (part.type === "native") {
+      const sent = mapping.native.get(canonical((part as NativePart).item));
+      if (sent === undefined) throw new FrameMappingError(`frame.messages[${index}] has a native part the adapter did not send`);
+      return sent;
+    }
     const original = mapping.opaque.get(String((part as OpaquePart).digest));
     if (original === undefined) throw new FrameMappingError(`frame.messages[${index}] has a ${part.type} part the adapter did not send`);
     return original;

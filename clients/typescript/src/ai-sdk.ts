@@ -19,7 +19,16 @@
  *    provider's response id as `response_id`), when the answer (or the stream's `finish` part)
  *    arrives. A failed report never touches the answer: it is passed to `onError` (else
  *    `console.warn`) and counted in `stats.usageReportFailures`. The answer's
- *    `providerMetadata.contextAssembly.preparationId` names the preparation.
+ *    `providerMetadata.contextAssembly` names the preparation (`preparationId`) and carries its
+ *    compaction decision (`compaction`).
+ *
+ * Compaction (docs/integrations.md#compaction): each decision goes to `onCompaction` when it is
+ * not `none`. `mode: "native"` needs a provider render, which the middleware cannot ask for: the
+ * service decides as in `report` and, for an Anthropic model, the middleware puts Anthropic's
+ * compaction edit in `providerOptions.anthropic.contextManagement` (`@ai-sdk/anthropic` adds its
+ * beta header); any other provider goes without it (`onError` phase `compaction`, once per
+ * provider, and `stats.nativeCompactionSkipped`). {@link foldedMessages} puts a summary
+ * (`summarize`) in place of the messages it folded, in the application's own messages.
  *
  * Failures of the service fail open by default: no answer, no answer within `timeoutMs`, a 5xx,
  * or a call or frame the adapter cannot map → one warning, and the call goes on with its
@@ -33,9 +42,9 @@
 import type { LanguageModelMiddleware } from "ai";
 
 import { ContextAssemblyClient } from "./client.js";
-import { APIStatusError, APIUserAbortError } from "./errors.js";
+import { APIStatusError, APIUserAbortError, ContextAssemblyError } from "./errors.js";
 import { applyFrame, mapCall, providerTraits, type CallOptions, type ProviderTraits } from "./ai-sdk-frame.js";
-import type { Contribution, PrepareRequest, UsageRequest } from "./types.js";
+import type { CompactionReport, Contribution, NativeDirective, PrepareRequest, UsageRequest } from "./types.js";
 
 export { FrameMappingError, providerTraits, type CallOptions, type ProviderTraits } from "./ai-sdk-frame.js";
 
@@ -53,6 +62,14 @@ export const USAGE_REPORT_ID = "ai-sdk-main";
 
 /** The layout a prepare gets when the template's `assembly` names none. */
 export const DEFAULT_LAYOUT = "transcript";
+
+/** Anthropic's compaction edit, the beta it needs and its least trigger, as the service's `anthropic` render writes them. */
+export const ANTHROPIC_COMPACTION_EDIT = "compact_20260112";
+export const ANTHROPIC_COMPACTION_BETA = "compact-2026-01-12";
+export const ANTHROPIC_MIN_THRESHOLD = 50_000;
+
+/** `mode: "native"` for a model whose provider has no place for its compaction in the AI SDK (named in the message). */
+export class NativeCompactionUnsupportedError extends ContextAssemblyError {}
 
 /**
  * Everything of a prepare request except the parts the call supplies (`instructions`, `history`,
@@ -79,8 +96,10 @@ export interface ErrorInfo {
    * `prepare`: the service or the application's `contributions` failed before the model call;
    * `mapping`: the adapter could not map the call or the frame (a bug of the adapter); in both
    * the call went on with its original prompt. `usage`: the report after the call.
+   * `compaction`: `mode: "native"` for a provider that has no place for it; the call went on
+   * prepared, without the provider's compaction (once per provider).
    */
-  phase: "prepare" | "mapping" | "usage";
+  phase: "prepare" | "mapping" | "usage" | "compaction";
   preparationId?: string;
   /** For `mapping`: the error's stack frames (`at ...` lines), without its message. */
   frames?: string[];
@@ -95,6 +114,8 @@ interface CommonOptions {
   timeoutMs?: number;
   /** Receives every failure that did not throw; without it they go to `console.warn`. */
   onError?: (error: unknown, info: ErrorInfo) => void;
+  /** Receives each call's compaction decision (`selection.compaction`, as `providerMetadata` carries it) when it is not `none`. */
+  onCompaction?: (compaction: CompactionReport, info: CallInfo & { preparationId: string }) => void;
 }
 
 export type ContextAssemblyMiddlewareOptions = CommonOptions &
@@ -109,6 +130,8 @@ export interface ContextAssemblyMiddlewareStats {
   mappingFailures: number;
   /** Anthropic cache markers of a plan left out: the model's provider does not read them, or the last tool is a provider tool. */
   cacheMarkersSkipped: number;
+  /** Calls of `mode: "native"` whose provider has no place for its compaction: they went out without it. */
+  nativeCompactionSkipped: number;
   usageReports: number;
   usageReportFailures: number;
 }
@@ -165,6 +188,54 @@ export function normalizedUsage(usage: Usage): Record<string, number> {
   return Object.fromEntries(fields.filter((field): field is [string, number] => typeof field[1] === "number"));
 }
 
+/** The provider's compaction at the decision's trigger, as the service's `anthropic` render writes it. */
+function anthropicDirective(report: CompactionReport): NativeDirective {
+  return { parameter: "context_management", threshold_tokens: Math.max(report.trigger_tokens, ANTHROPIC_MIN_THRESHOLD), beta: ANTHROPIC_COMPACTION_BETA };
+}
+
+/** The call's Anthropic options with the compaction edit in `contextManagement` (edits the caller set are kept; a compaction edit of theirs wins). */
+function withCompactionEdit(params: CallOptions, directive: NativeDirective): NonNullable<CallOptions["providerOptions"]> {
+  const anthropic = params.providerOptions?.anthropic ?? {};
+  const current = isPlainObject(anthropic.contextManagement) ? anthropic.contextManagement : {};
+  const edits = Array.isArray(current.edits) ? [...current.edits] : [];
+  if (!edits.some((edit) => isPlainObject(edit) && edit.type === ANTHROPIC_COMPACTION_EDIT)) {
+    edits.push({ type: ANTHROPIC_COMPACTION_EDIT, trigger: { type: "input_tokens", value: directive.threshold_tokens } });
+  }
+  return { ...params.providerOptions, anthropic: { ...anthropic, contextManagement: { ...current, edits } } };
+}
+
+/**
+ * `messages` with a summary in place of the messages it folded (`mode: "summarize"`: the
+ * decision in `providerMetadata.contextAssembly.compaction` with a `summary`), for the
+ * application to send from then on. The messages are those the model call was made with
+ * (the conversation it sent, `response.messages` appended): leading system messages stay; after
+ * them every message counts as one, a tool message as one per tool result, as the middleware
+ * sends them. Unchanged when the decision folded nothing.
+ */
+export function foldedMessages<M extends { role: string; content: unknown }>(messages: readonly M[], compaction: Pick<CompactionReport, "folded_from" | "folded_messages" | "summary"> | null | undefined): (M | { role: "user"; content: string })[] {
+  const folded = compaction?.folded_messages ?? 0;
+  const summary = compaction?.summary;
+  if (folded <= 0 || summary === null || summary === undefined) return [...messages];
+  let start = 0;
+  while (start < messages.length && messages[start]?.role === "system") start++;
+  let skipped = 0; // the history messages before the folded ones (`folded_from`)
+  while (start < messages.length && skipped < (compaction?.folded_from ?? 0)) {
+    const message = messages[start] as M;
+    skipped += message.role === "tool" && Array.isArray(message.content) ? message.content.length : 1;
+    start++;
+  }
+  let counted = 0;
+  let end = start;
+  while (end < messages.length && counted < folded) {
+    const message = messages[end] as M;
+    counted += message.role === "tool" && Array.isArray(message.content) ? message.content.length : 1;
+    end++;
+  }
+  if (counted !== folded) return [...messages]; // not the conversation the decision was made for
+  const text = typeof summary.content === "string" ? summary.content : "";
+  return [...messages.slice(0, start), { role: "user", content: text }, ...messages.slice(end)];
+}
+
 export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOptions): ContextAssemblyMiddleware {
   const client = options.client ?? new ContextAssemblyClient({ baseUrl: options.baseUrl, apiKey: options.apiKey });
   const failOpen = options.failOpen ?? true;
@@ -175,10 +246,14 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
     failedOpen: 0,
     mappingFailures: 0,
     cacheMarkersSkipped: 0,
+    nativeCompactionSkipped: 0,
     usageReports: 0,
     usageReportFailures: 0,
   };
-  const preparations = new WeakMap<CallOptions, string>(); // transformed params → preparation id
+  // transformed params → the preparation id and its compaction decision
+  const preparations = new WeakMap<CallOptions, { id: string; compaction: CompactionReport | undefined }>();
+  const native = template.assembly?.compaction?.mode === "native";
+  const warnedNative = new Set<string>(); // provider ids warned about
   const pending = new Set<Promise<void>>();
 
   const warn = (error: unknown, info: ErrorInfo): void => {
@@ -186,6 +261,7 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
       let line: string;
       if (info.phase === "usage") line = `usage report for ${info.preparationId} failed (${describe(error)})`;
       else if (info.phase === "prepare") line = `prepare failed; the model call goes on with its original prompt (${describe(error)})`;
+      else if (info.phase === "compaction") line = `${error instanceof Error ? error.message : describe(error)}`;
       else {
         const frames = (info.frames ?? []).map((frame) => `\n    ${frame}`).join("");
         line = `mapping the call failed (a bug of the adapter); the model call goes on with its original prompt (${describe(error)})${frames}`;
@@ -217,10 +293,11 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
     void settled.then(() => pending.delete(settled));
   };
 
-  const tagged = <T extends { providerMetadata?: ProviderMetadata }>(item: T, preparationId: string): T => ({
-    ...item,
-    providerMetadata: { ...item.providerMetadata, contextAssembly: { preparationId } },
-  });
+  const tagged = <T extends { providerMetadata?: ProviderMetadata }>(item: T, preparation: { id: string; compaction: CompactionReport | undefined }): T => {
+    const contextAssembly: Record<string, NonNullable<ProviderMetadata>[string][string]> = { preparationId: preparation.id };
+    if (preparation.compaction !== undefined) contextAssembly.compaction = JSON.parse(JSON.stringify(preparation.compaction)) as NonNullable<ProviderMetadata>[string][string];
+    return { ...item, providerMetadata: { ...item.providerMetadata, contextAssembly } };
+  };
 
   return {
     specificationVersion: "v3",
@@ -234,11 +311,19 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
       // Which part failed: the adapter's own mapping (a bug), or the service and contributions.
       let phase: "mapping" | "prepare" = "mapping";
       let preparationId: string | undefined;
+      let next: CallOptions;
+      let compaction: CompactionReport | undefined;
+      let skippedNative = false;
       try {
         const traits = providerTraits(model.provider);
         const mapping = mapCall(params);
         phase = "prepare";
         const extra = options.contributions === undefined ? [] : await options.contributions(params, { type, provider: model.provider, modelId: model.modelId });
+        const assembly = { ...template.assembly, layout: template.assembly?.layout ?? DEFAULT_LAYOUT };
+        // A neutral frame has no provider body for the native directive (the service refuses
+        // "native" without a provider render): the service decides as in "report" and the
+        // middleware writes the directive where the provider takes it.
+        if (native && assembly.compaction) assembly.compaction = { ...assembly.compaction, mode: "report" };
         const request: PrepareRequest = {
           ...template,
           instructions: mapping.instructions,
@@ -247,7 +332,7 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
           input_format: "neutral",
           tools: mapping.tools,
           contributions: [...(template.contributions ?? []), ...extra],
-          assembly: { ...template.assembly, layout: template.assembly?.layout ?? DEFAULT_LAYOUT },
+          assembly,
           render: "neutral",
         };
         if (template.model == null) request.model = model.modelId;
@@ -255,14 +340,24 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
         phase = "mapping";
         preparationId = prepared.preparation_id;
         const applied = applyFrame(params, mapping, prepared, traits);
-        const next = applied.params;
+        next = applied.params;
         // The output limit the budget reserved (input plus it fit the window), unless the call asked for less.
         const reserve = prepared.budget.response_reserve + prepared.budget.reasoning_reserve_tokens;
         if (params.maxOutputTokens === undefined || params.maxOutputTokens > reserve) next.maxOutputTokens = reserve;
-        preparations.set(next, prepared.preparation_id);
+        compaction = prepared.selection.compaction ?? undefined;
+        if (native && compaction !== undefined) {
+          if (traits.anthropicCache) {
+            const directive = anthropicDirective(compaction);
+            next.providerOptions = withCompactionEdit(next, directive);
+            compaction = { ...compaction, mode: "native", native: directive };
+          } else {
+            compaction = { ...compaction, mode: "native", native: null };
+            skippedNative = true;
+          }
+        }
+        preparations.set(next, { id: prepared.preparation_id, compaction });
         stats.prepared++;
         stats.cacheMarkersSkipped += applied.markersSkipped;
-        return next;
       } catch (error) {
         if (error instanceof APIUserAbortError) throw error;
         const mappingFailed = phase === "mapping";
@@ -278,21 +373,34 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
         }
         return params;
       }
+      if (skippedNative) {
+        stats.nativeCompactionSkipped++;
+        if (!warnedNative.has(model.provider)) {
+          warnedNative.add(model.provider);
+          const message = `compaction mode "native" has no place in calls to ${model.provider}; they go out without the provider's compaction`;
+          warn(new NativeCompactionUnsupportedError(message), { phase: "compaction", preparationId });
+        }
+      }
+      // The application's own callback: what it throws is its own, never caught here.
+      if (compaction !== undefined && compaction.decision !== "none" && options.onCompaction !== undefined) {
+        options.onCompaction(compaction, { type, provider: model.provider, modelId: model.modelId, preparationId: preparationId as string });
+      }
+      return next;
     },
 
     async wrapGenerate({ doGenerate, params, model }) {
       const result = await doGenerate();
-      const preparationId = preparations.get(params);
-      if (preparationId === undefined) return result;
+      const preparation = preparations.get(params);
+      if (preparation === undefined) return result;
       const diagnostics = cacheDiagnostics(providerTraits(model.provider), result.providerMetadata, result.response?.body);
-      report(preparationId, result.usage, result.response?.id, diagnostics);
-      return tagged(result, preparationId);
+      report(preparation.id, result.usage, result.response?.id, diagnostics);
+      return tagged(result, preparation);
     },
 
     async wrapStream({ doStream, params, model }) {
       const result = await doStream();
-      const preparationId = preparations.get(params);
-      if (preparationId === undefined) return result;
+      const preparation = preparations.get(params);
+      if (preparation === undefined) return result;
       const traits = providerTraits(model.provider);
       let responseId: string | undefined;
       const stream = result.stream.pipeThrough(
@@ -303,8 +411,8 @@ export function contextAssemblyMiddleware(options: ContextAssemblyMiddlewareOpti
               controller.enqueue(part);
               return;
             }
-            report(preparationId, part.usage, responseId, cacheDiagnostics(traits, part.providerMetadata));
-            controller.enqueue(tagged(part, preparationId));
+            report(preparation.id, part.usage, responseId, cacheDiagnostics(traits, part.providerMetadata));
+            controller.enqueue(tagged(part, preparation));
           },
         }),
       );

@@ -38,47 +38,37 @@
  *
  * The packet carries no credentials and grants no authority: the function must authorise what it
  * reads against `packet.scope` itself.
+ *
+ * The packets and answers are the OpenAPI document's (its `webhooks`; the types `openapi.ts`
+ * generates from it), so a field the service adds to a packet reaches these types with the next
+ * `npm run gen-types`.
  */
 
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 
-import type { Block, Message, Scope } from "./types.js";
+import type { Block, ContributorAnswer, Message, ContributePacket as PacketOfTheDocument, RevisionPacket, Scope } from "./types.js";
 
 export const TIMEOUT_HEADER = "x-contributor-timeout-ms";
 export const SECRET_PREFIX = "whsec_";
 export const DEFAULT_TOLERANCE_SECONDS = 300;
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
-/** A source's revision: a finite number or a string. */
-export type Revision = string | number;
+/** A source's revision: a finite number or a string (the document's `ContributorAnswer.revision`). */
+export type Revision = ContributorAnswer["revision"];
 
-/** A `contribute` packet: what the service asks a contributor for. */
-export interface ContributePacket {
-  type: "contribute";
-  preparation_id: string;
-  source: string;
-  model: string;
-  /** A detached copy of the current input. */
-  input: Message[];
-  data_budget_tokens: number;
-  source_token_limit: number | null;
-  scope: Scope;
-  deadline_unix_ms: number | null;
-}
+/**
+ * A `contribute` packet: the document's `ContributePacket`, what the service asks a contributor
+ * for. `deadline_unix_ms` is `null` only in the packet `contribute` gets for a revision check
+ * (`ctx.check === "revision"`) that named no deadline.
+ */
+export type ContributePacket = Omit<PacketOfTheDocument, "deadline_unix_ms"> & { deadline_unix_ms: number | null };
 
-/** A `revision` packet: the dispatch-time check of a source's current revision. */
-export interface RevisionPacket {
-  type: "revision";
-  source: string;
-  scope: Scope;
-}
+/** A `revision` packet (the document's): the dispatch-time check of a source's current revision. */
+export type { RevisionPacket };
 
-/** What `contribute` returns: the source's revision and its blocks. */
-export interface ContributionAnswer {
-  revision: Revision;
-  blocks?: Block[];
-}
+/** What `contribute` returns: the document's `ContributorAnswer`, with `blocks` optional (none is `[]`). */
+export type ContributionAnswer = Omit<ContributorAnswer, "blocks"> & { blocks?: Block[] };
 
 export interface ContributorContext {
   /** Aborts at the deadline of `X-Contributor-Timeout-Ms`, or when the caller disconnects. */

@@ -17,17 +17,27 @@
  *       ├── ContributorUrlRejectedError  CONTRIBUTOR_URL_REJECTED   422
  *       ├── AuthenticationError          UNAUTHENTICATED            401
  *       ├── NotFoundError                NOT_FOUND                  404
+ *       ├── MethodNotAllowedError        METHOD_NOT_ALLOWED         405
  *       ├── BadRequestError              BAD_REQUEST                400
  *       ├── PayloadTooLargeError         PAYLOAD_TOO_LARGE          413
+ *       ├── RequestHeadTooLargeError     REQUEST_HEAD_TOO_LARGE     431
+ *       ├── RequestTimeoutError          REQUEST_TIMEOUT            408
  *       ├── StoreUnavailableError        STORE_UNAVAILABLE          503
- *       └── InternalServerError          any other 5xx
+ *       ├── RecordTooNewError            RECORD_TOO_NEW             503
+ *       └── InternalServerError          INTERNAL                   500, any other 5xx
  * ```
  *
  * The class is chosen from the problem `code` first; an answer without a known code (a proxy's
  * page, a future code) falls back by status: 400, 401, 404 and 413 to their classes, any other 5xx
  * to `InternalServerError`, anything else to `APIStatusError` itself. All of that happens in
  * {@link makeStatusError}, the one place that reads an error response.
+ *
+ * The codes are the OpenAPI document's `ProblemCode` (the type generated into `openapi.ts`): the
+ * code→class table below is typed by it, so a code the document gains or loses fails the build
+ * until a class stands for it.
  */
+
+import type { ProblemCode } from "./types.js";
 
 /** The problem+json body of an error answer (RFC 9457), with the service's extensions. */
 export interface ProblemBody {
@@ -40,26 +50,7 @@ export interface ProblemBody {
   [extension: string]: unknown;
 }
 
-/** Every problem `code` the service answers with (docs/contract.md, "Errors"). */
-export const PROBLEM_CODES = [
-  "CONTEXT_ASSEMBLY_INVALID",
-  "CONTEXT_ASSEMBLY_OVERFLOW",
-  "CONTEXT_OVERFLOW",
-  "CONTEXT_ASSEMBLY_TIMEOUT",
-  "CONTEXT_ASSEMBLY_STALE",
-  "CONTRIBUTOR_FAILED",
-  "CONTRIBUTOR_URL_REJECTED",
-  "UNAUTHENTICATED",
-  "NOT_FOUND",
-  "METHOD_NOT_ALLOWED",
-  "BAD_REQUEST",
-  "PAYLOAD_TOO_LARGE",
-  "REQUEST_HEAD_TOO_LARGE",
-  "REQUEST_TIMEOUT",
-  "STORE_UNAVAILABLE",
-  "INTERNAL",
-] as const;
-export type ProblemCode = (typeof PROBLEM_CODES)[number];
+export type { ProblemCode };
 
 /** Base of every error this client throws. */
 export class ContextAssemblyError extends Error {
@@ -216,9 +207,27 @@ export class BadRequestError extends APIStatusError {
   static override readonly expectedCode = "BAD_REQUEST";
 }
 
+/** The path exists, but not with this method. */
+export class MethodNotAllowedError extends APIStatusError {
+  static override readonly expectedCode = "METHOD_NOT_ALLOWED";
+}
+
 /** The request body is over the service's configured limit. */
 export class PayloadTooLargeError extends APIStatusError {
   static override readonly expectedCode = "PAYLOAD_TOO_LARGE";
+}
+
+/** The request head (target and header fields) is over the service's configured limit. */
+export class RequestHeadTooLargeError extends APIStatusError {
+  static override readonly expectedCode = "REQUEST_HEAD_TOO_LARGE";
+}
+
+/**
+ * The request head or body did not reach the service within its time limit (a client-side
+ * timeout is {@link APITimeoutError}).
+ */
+export class RequestTimeoutError extends APIStatusError {
+  static override readonly expectedCode = "REQUEST_TIMEOUT";
 }
 
 /** The service's store cannot be reached right now; retry-safe calls are retried. */
@@ -226,25 +235,49 @@ export class StoreUnavailableError extends APIStatusError {
   static override readonly expectedCode = "STORE_UNAVAILABLE";
 }
 
-/** A 5xx answer without a known problem code (an unexpected failure, or a proxy's error). */
-export class InternalServerError extends APIStatusError {}
+/**
+ * The preparation was written by a newer version of the service, whose record the replica that
+ * answered does not read (a rolling deploy); retry-safe calls are retried.
+ */
+export class RecordTooNewError extends APIStatusError {
+  static override readonly expectedCode = "RECORD_TOO_NEW";
+}
+
+/** An unexpected failure of the service, or a 5xx answer without a known problem code (a proxy's error). */
+export class InternalServerError extends APIStatusError {
+  static override readonly expectedCode = "INTERNAL";
+}
 
 type StatusErrorClass = new (message: string, status: number, problem: ProblemBody, headers: Headers) => APIStatusError;
 
-const BY_CODE: ReadonlyMap<string, StatusErrorClass> = new Map<string, StatusErrorClass>([
-  [InvalidRequestError.expectedCode, InvalidRequestError],
-  [AssemblyOverflowError.expectedCode, AssemblyOverflowError],
-  [ContextOverflowError.expectedCode, ContextOverflowError],
-  [AssemblyTimeoutError.expectedCode, AssemblyTimeoutError],
-  [StaleError.expectedCode, StaleError],
-  [ContributorFailedError.expectedCode, ContributorFailedError],
-  [ContributorUrlRejectedError.expectedCode, ContributorUrlRejectedError],
-  [AuthenticationError.expectedCode, AuthenticationError],
-  [NotFoundError.expectedCode, NotFoundError],
-  [BadRequestError.expectedCode, BadRequestError],
-  [PayloadTooLargeError.expectedCode, PayloadTooLargeError],
-  [StoreUnavailableError.expectedCode, StoreUnavailableError],
-]);
+/**
+ * The class of each code of the document's `ProblemCode`, which names it back: the type asks for
+ * every code, and only those.
+ */
+const CLASS_OF: { readonly [Code in ProblemCode]: StatusErrorClass & { readonly expectedCode: Code } } = {
+  INTERNAL: InternalServerError,
+  CONTEXT_ASSEMBLY_INVALID: InvalidRequestError,
+  CONTEXT_ASSEMBLY_OVERFLOW: AssemblyOverflowError,
+  CONTEXT_OVERFLOW: ContextOverflowError,
+  CONTEXT_ASSEMBLY_TIMEOUT: AssemblyTimeoutError,
+  CONTEXT_ASSEMBLY_STALE: StaleError,
+  CONTRIBUTOR_FAILED: ContributorFailedError,
+  CONTRIBUTOR_URL_REJECTED: ContributorUrlRejectedError,
+  UNAUTHENTICATED: AuthenticationError,
+  NOT_FOUND: NotFoundError,
+  METHOD_NOT_ALLOWED: MethodNotAllowedError,
+  BAD_REQUEST: BadRequestError,
+  PAYLOAD_TOO_LARGE: PayloadTooLargeError,
+  REQUEST_HEAD_TOO_LARGE: RequestHeadTooLargeError,
+  REQUEST_TIMEOUT: RequestTimeoutError,
+  STORE_UNAVAILABLE: StoreUnavailableError,
+  RECORD_TOO_NEW: RecordTooNewError,
+};
+
+/** Every problem `code` the service answers with: the document's `ProblemCode` (docs/contract.md, "Errors"). */
+export const PROBLEM_CODES: readonly ProblemCode[] = Object.keys(CLASS_OF) as ProblemCode[];
+
+const BY_CODE: ReadonlyMap<string, StatusErrorClass> = new Map<string, StatusErrorClass>(Object.entries(CLASS_OF));
 
 const BY_STATUS: ReadonlyMap<number, StatusErrorClass> = new Map<number, StatusErrorClass>([
   [400, BadRequestError],

@@ -309,7 +309,76 @@ export interface paths {
         trace?: never;
     };
 }
-export type webhooks = Record<string, never>;
+export interface webhooks {
+    contribute: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A contributor's blocks for a prepare
+         * @description During a prepare (and its refresh) the service posts this packet to each webhook
+         *     contributor, all at once, under the prepare's one deadline. Blocks that break the block
+         *     rules, an answer that is not `{revision, blocks}`, one over the size cap or past the deadline
+         *     fail the source, and its failure policy applies.
+         */
+        post: operations["contribute"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    revision: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A contributor's current revision
+         * @description Validate and repair ask each contributor that entered blocks for its revision again: a
+         *     different one is `revision_changed:<source>`, a failed call `revision_unavailable:<source>`.
+         */
+        post: operations["revision"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    summarize: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A summary of the oldest history
+         * @description Under `assembly.compaction.mode: "summarize"`, when the compaction decision is `compact`,
+         *     the service posts the history before the latest reply to the registered summarizer, within
+         *     the prepare's deadline; the summary takes those messages' place as one message. A failed
+         *     call does not fail the prepare: the frame is sent uncompacted, with the warning
+         *     `compaction_failed`.
+         */
+        post: operations["summarize"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export interface components {
     schemas: {
         /**
@@ -350,6 +419,8 @@ export interface components {
          * @description How the frame is assembled: the data limits, the layout, the contributors' deadline.
          */
         AssemblyOptions: {
+            /** @description When the conversation should be compacted and how (`selection.compaction`). */
+            compaction?: components["schemas"]["CompactionOptions"];
             /** @description Whether the oldest history may be dropped when the frame does not fit. */
             history_policy?: components["schemas"]["HistoryPolicy"];
             /**
@@ -538,10 +609,23 @@ export interface components {
             /** @description The tokens of the prefix up to and including it. */
             tokens: number;
             /**
-             * @description The marker's lifetime.
+             * @description The marker's lifetime: `5m` or `1h` (Anthropic), `30m` (OpenAI's default, the shortest it keeps an entry).
              * @enum {string}
              */
-            ttl: "5m" | "1h";
+            ttl: "5m" | "1h" | "30m";
+        };
+        /**
+         * CacheControlDirective
+         * @description Anthropic's top-level `cache_control`: automatic caching of the request's last block.
+         */
+        CacheControlDirective: {
+            /** @description `1h`; absent for the 5-minute default. */
+            ttl?: ("5m" | "1h") | null;
+            /**
+             * @description Always `ephemeral`.
+             * @constant
+             */
+            type: "ephemeral";
         };
         /**
          * CacheOptions
@@ -550,18 +634,36 @@ export interface components {
          */
         CacheOptions: {
             /**
-             * @description With `render: "anthropic"`, `cache_control` markers (at most 4) after the last tool, after the leading system content and on the last history message, each only where the tokens up to it reach the model's minimum cacheable length. `neutral` reports the plan without markers; the other renders ignore it.
+             * @description With `render: "anthropic"`, a top-level `cache_control` (automatic caching: the provider marks the request's last block). It takes one of the 4 marker slots, and in `transcript` it stands in for the marker on the frame's end.
+             * @default false
+             */
+            automatic?: boolean;
+            /**
+             * @description With `render: "anthropic"`, `cache_control` markers (at most 4) after the last tool, after the leading system content and on the last history message, each only where the tokens up to it reach the model's minimum cacheable length. With an OpenAI render and a model with `explicit_cache_breakpoints` (GPT-5.6 and later), `prompt_cache_breakpoint` markers at the same places (never on an assistant message, never with `retention`). `neutral` reports the plan without markers; the other renders and models ignore it.
              * @default false
              */
             breakpoints?: boolean;
+            /**
+             * @description Ask the provider why its cache missed, against the previous turn's response: Anthropic's `diagnostics.previous_message_id` (`null` on a first turn, or when the previous turn's usage report named no `response_id`), OpenAI Responses' `prompt_cache_options.comparison_response_id` on models with `explicit_cache_breakpoints` (when there is an id to name).
+             * @default false
+             */
+            diagnostics?: boolean;
+            /** @description Anthropic: the lifetime of the markers after the tools and after the leading instructions, which change less often than the conversation (absent: `ttl`). A 1-hour marker must come before a 5-minute one, so `5m` here with `ttl: 1h` is refused. */
+            instructions_ttl?: ("5m" | "1h") | null;
             /** @description OpenAI renders: the body's `prompt_cache_key`, this string or, for `auto`, one derived from tenant and scope (the same for every turn of the scope, never the scope's values). */
             key?: string | null;
+            /**
+             * @description OpenAI models with `explicit_cache_breakpoints`: `implicit` keeps OpenAI's own breakpoint on the newest message beside at most 3 of the plan's; `explicit` sends `prompt_cache_options: {"mode": "explicit"}` and the plan places up to 4 (needs `breakpoints: true`; refused with `retention`).
+             * @default implicit
+             * @enum {string}
+             */
+            mode?: "implicit" | "explicit";
             /** @description The turn to compare with. Absent: the latest preparation of the same tenant and scope (a first turn without an explicit `scope`). `null`: a first turn. An id no live preparation of the tenant has is compared with nothing (`prefix_kept: null`). */
             previous_preparation_id?: string | null;
             /** @description OpenAI renders: the body's `prompt_cache_retention`. */
             retention?: ("in_memory" | "24h") | null;
             /**
-             * @description The markers' lifetime; `1h` adds `"ttl": "1h"` to each.
+             * @description The Anthropic markers' lifetime; `1h` adds `"ttl": "1h"` to each.
              * @default 5m
              * @enum {string}
              */
@@ -575,8 +677,12 @@ export interface components {
         CacheReport: {
             /** @description The markers placed. */
             breakpoints: components["schemas"]["CacheBreakpoint"][];
+            /** @description The top-level `cache_control` (Anthropic and neutral renders, with `cache.automatic`). */
+            cache_control?: components["schemas"]["CacheControlDirective"] | null;
             /** @description Tokens a provider can cache: up to the last marker (Anthropic); by OpenAI's rule (at least 1,024, in steps of 128) for OpenAI renders. */
             cacheable_tokens: number;
+            /** @description The request's `diagnostics` (Anthropic and neutral renders, with `cache.diagnostics`). */
+            diagnostics?: components["schemas"]["DiagnosticsDirective"] | null;
             /** @description The first part that changed (`null` when the prefix was kept or there is nothing to compare with). */
             first_change: components["schemas"]["FirstChange"] | null;
             /** @description Whether the previous turn's prefix starts this one (`null`: nothing to compare with). */
@@ -585,10 +691,151 @@ export interface components {
             previous_preparation_id: string | null;
             /** @description The `prompt_cache_key` (OpenAI and neutral renders, when `cache.key` is set). */
             prompt_cache_key?: string | null;
+            /** @description The `prompt_cache_options` (OpenAI and neutral renders, models with `explicit_cache_breakpoints`, when there is one to send). */
+            prompt_cache_options?: components["schemas"]["PromptCacheOptionsDirective"] | null;
             /** @description The `prompt_cache_retention` (OpenAI and neutral renders, when `cache.retention` is set). */
             prompt_cache_retention?: string | null;
             /** @description The markers left out, with the reason. */
             skipped: components["schemas"]["SkippedBreakpoint"][];
+        };
+        /**
+         * CompactionOptions
+         * @description When the service says the conversation should be compacted, and whether it acts
+         *     (docs/compaction.md). The decision is in every answer (`selection.compaction`).
+         */
+        CompactionOptions: {
+            /**
+             * @description `clear_tool_results`: clearing fires only when it removes at least this many tokens (so the cache prefix is broken for a worthwhile gain, not for each result).
+             * @default 5000
+             */
+            clear_at_least?: number;
+            /**
+             * @description `clear_tool_results`: tools whose results are never cleared.
+             * @default []
+             */
+            exclude_tools?: string[];
+            /**
+             * @description The turns ahead over which carrying the history is priced against compacting it (`selection.compaction.economics`).
+             * @default 10
+             */
+            horizon_turns?: number;
+            /**
+             * @description `clear_tool_results`: the newest tool results never cleared.
+             * @default 3
+             */
+            keep_tool_results?: number;
+            /**
+             * @description `report`: decide and say, the caller compacts. `native`: the frame asks the provider to compact at the trigger (Anthropic and OpenAI Responses renders). `summarize`: the service's summarizer contributor folds the history before the latest user turn into one summary message. `clear_tool_results`: old tool results are replaced with a placeholder naming the call.
+             * @default report
+             * @enum {string}
+             */
+            mode?: "report" | "native" | "summarize" | "clear_tool_results";
+            /** @description `summarize`: the registered contributor endpoint (`[contributors.NAME]`, a webhook) that writes the summary. */
+            summarizer?: string | null;
+            /**
+             * @description The expected size of a summary, for the price comparison; `summarize` asks the summarizer for at most this many tokens.
+             * @default 2000
+             */
+            summary_tokens?: number;
+            /**
+             * @description The trigger as a share of the model's window (unless `trigger_tokens`).
+             * @default 0.8
+             */
+            trigger_fraction?: number;
+            /** @description The trigger in input tokens; takes the place of `trigger_fraction`. */
+            trigger_tokens?: number | null;
+        };
+        /**
+         * CompactionReport
+         * @description `selection.compaction`: the context pressure of the call and what it decided.
+         */
+        CompactionReport: {
+            /**
+             * @description The tool calls whose results this frame sends cleared (earlier turns' and this turn's), oldest first.
+             * @default []
+             */
+            cleared_calls?: string[];
+            /**
+             * @description Tokens the clearing of this turn removed from the frame.
+             * @default 0
+             */
+            cleared_tokens?: number;
+            /**
+             * @description `none`, `compact` or `clear_tool_results`.
+             * @enum {string}
+             */
+            decision: "none" | "compact" | "clear_tool_results";
+            /** @description Whether it pays, at the model's prices; `null` without a price or when under the trigger. */
+            economics?: components["schemas"]["Economics"] | null;
+            /** @description What no compaction can remove: instructions, tools, the per-turn message, protected data, the latest user turn and its tool loop, a compaction item or summary at the head of the history. */
+            floor_tokens: number;
+            /**
+             * @description `summarize`: the index of the first history message the summary replaced (after the history's leading system and developer messages, which are never folded).
+             * @default 0
+             */
+            folded_from?: number;
+            /**
+             * @description `summarize`: how many history messages, from `folded_from`, the summary replaced in this frame.
+             * @default 0
+             */
+            folded_messages?: number;
+            /** @description The frame's input tokens, as assembled. */
+            input_tokens: number;
+            /**
+             * @description The request's `assembly.compaction.mode`.
+             * @enum {string}
+             */
+            mode: "report" | "native" | "summarize" | "clear_tool_results";
+            /** @description The provider's compaction as the frame asks for it. */
+            native?: components["schemas"]["NativeDirective"] | null;
+            /**
+             * @description History messages before a provider's compaction item, left out as the provider ignores them.
+             * @default 0
+             */
+            provider_item_dropped_messages?: number;
+            /**
+             * @description Why: `under_trigger`, `floor_over_trigger` (compacting could not bring the frame under the trigger), `just_compacted` (the previous turn of the scope compacted), `too_little_to_clear` (fewer clearable tool-result tokens than `clear_at_least`), `does_not_pay`, `over_trigger`, `near_window` (over the trigger and near the window: fires whether or not it pays).
+             * @enum {string}
+             */
+            reason: "under_trigger" | "floor_over_trigger" | "just_compacted" | "too_little_to_clear" | "does_not_pay" | "over_trigger" | "near_window";
+            /** @description Tokens the decision's action could remove: the input over the floor, or for clearing the clearable tool results. */
+            reclaimable_tokens: number;
+            /** @description `summarize`: the summary message that replaced them, for the caller to put in place of those `folded_messages` history messages in later turns. */
+            summary?: {
+                [key: string]: unknown;
+            } | null;
+            /** @description The input tokens at which compaction fires. */
+            trigger_tokens: number;
+            /** @description The window of the model that takes the call. */
+            window_tokens: number;
+        };
+        /**
+         * ContributePacket
+         * @description What the service asks a contributor for during a prepare (and its refresh): all its
+         *     contributors at once, under one deadline. The answer is `{revision, blocks}`.
+         */
+        ContributePacket: {
+            /** @description The request's `assembly.max_data_tokens`: the tokens every source's blocks share in the data message. */
+            data_budget_tokens: number;
+            /** @description The prepare's deadline, in Unix milliseconds (`X-Contributor-Timeout-Ms` gives the time left, needing no synchronised clock). */
+            deadline_unix_ms: number;
+            /** @description A copy of the request's input messages. */
+            input: components["schemas"]["Message"][];
+            /** @description The model the request names (with `models`, the preferred candidate; in a refresh, the prepare's). */
+            model: string;
+            /** @description The preparation (the same for its refresh). */
+            preparation_id: string;
+            /** @description The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it. */
+            scope: components["schemas"]["Scope"];
+            /** @description The source asked for: the plugin its blocks replace. */
+            source: string;
+            /** @description The source's limit (`assembly.source_token_limits`), or `null`. */
+            source_token_limit: number | null;
+            /**
+             * @description Always `contribute`.
+             * @constant
+             */
+            type: "contribute";
         };
         /**
          * Contribution
@@ -608,6 +855,18 @@ export interface components {
             revision: string | number;
             /** @description The plugin whose content view these blocks replace. */
             source: string;
+        };
+        /**
+         * ContributorAnswer
+         * @description A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
+         *     them (the request-wide block rules of docs/contract.md, "Block rules", run later, over every
+         *     source, in the core).
+         */
+        ContributorAnswer: {
+            /** @description The source's blocks (none is `[]`). */
+            blocks: components["schemas"]["Block"][];
+            /** @description The version of what the source holds for this scope: a string, a finite number or an integer within signed 64 bits. Validate compares it with the prepare's. */
+            revision: string | number;
         };
         /**
          * ContributorRef
@@ -664,6 +923,8 @@ export interface components {
             currency: "USD";
             /** @description Whether the long-context rates applied. */
             long_context: boolean;
+            /** @description What the call's cache miss cost: `total` less what the call would have cost had its `rebilled_tokens` been read from the cache (taken from its cache writes first, then from its uncached input). 0 without a miss; `null` for a wrap-up or repair call, when `rebilled_tokens` is `null`, or when the price has no cache read rate. */
+            miss?: number | null;
             /** @description Generated tokens, reasoning included. */
             output: number;
             /** @description The registry entry whose price applied. */
@@ -677,6 +938,29 @@ export interface components {
             total: number;
             /** @description Input tokens neither read from nor written to the cache. */
             uncached_input: number;
+        };
+        /**
+         * DiagnosticsDirective
+         * @description Anthropic's request `diagnostics`: the provider compares this request with the one that
+         *     answered `previous_message_id` and says why its cache missed.
+         */
+        DiagnosticsDirective: {
+            /** @description The previous turn's response id (`msg_…`) from its usage report; `null` on a first turn or when no report named one (the provider then only keeps this request's fingerprint for the next turn). */
+            previous_message_id: string | null;
+        };
+        /**
+         * Economics
+         * @description Whether compacting pays, in USD at the model's prices, over `horizon_turns` turns.
+         */
+        Economics: {
+            /** @description Carrying what compaction would remove, read from the cache at the cache-read rate, on each of the next `horizon_turns` turns. */
+            carry_usd: number;
+            /** @description Compacting: writing the rebuilt frame to the cache once, plus (for `compact`) the summary call reading the folded part and writing the summary. */
+            compact_usd: number;
+            /** @description The turns the comparison looks ahead. */
+            horizon_turns: number;
+            /** @description Whether `carry_usd` exceeds `compact_usd`. */
+            pays: boolean;
         };
         /**
          * FirstChange
@@ -738,10 +1022,10 @@ export interface components {
          */
         ManifestWarning: {
             /**
-             * @description `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides.
+             * @description `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides. `compaction_failed`: `summarize` decided to compact but the summarizer failed (or there was nothing to fold): the frame is sent uncompacted.
              * @enum {string}
              */
-            code: "unknown_model" | "estimate_over_window";
+            code: "unknown_model" | "estimate_over_window" | "compaction_failed";
             /** @description The same in words, naming the model and the known names nearest to it. */
             detail: string;
         };
@@ -801,6 +1085,8 @@ export interface components {
             context_window: number | null;
             /** @description The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens. */
             estimate_scale: number;
+            /** @description Whether the model takes OpenAI's explicit cache breakpoints and `prompt_cache_options` (GPT-5.6 and later): the cache plan marks it only then. */
+            explicit_cache_breakpoints: boolean;
             /** @description The most tokens it may answer. */
             max_output_tokens: number | null;
             /** @description The shortest prefix the provider caches, in tokens (`null`: unknown or none). */
@@ -916,6 +1202,21 @@ export interface components {
             role?: string | null;
         };
         /**
+         * NativeDirective
+         * @description The provider's own compaction, as the frame asks for it (`mode: "native"`).
+         */
+        NativeDirective: {
+            /** @description The `anthropic-beta` header value the call must carry (`null`: none). */
+            beta: string | null;
+            /**
+             * @description The body member that carries it.
+             * @constant
+             */
+            parameter: "context_management";
+            /** @description The input tokens at which the provider compacts (Anthropic: at least 50,000). */
+            threshold_tokens: number;
+        };
+        /**
          * NativeHistory
          * @description A conversation the provider holds (a previous response id, a server-side compacted item):
          *     the service never sees it, so it cannot hash, count or compact it. The frame carries no
@@ -986,6 +1287,8 @@ export interface components {
             expected_cached_tokens?: number | null;
             /** @description `provider_input_tokens` minus the service's estimate. */
             input_token_delta: number | null;
+            /** @description Why this main call read less from the cache than it could have: the first part of the prefix that changed from the previous turn's (`model`, `layout`, `tools`, `instructions`, `history`), `expired` (the previous turn was older than the provider keeps a cached prefix) or `provider` (the provider reported fewer cached tokens than expected). `null` without a miss, and for a wrap-up or repair call. */
+            miss_cause?: ("model" | "layout" | "tools" | "instructions" | "history" | "expired" | "provider") | null;
             /** @description When it was recorded (RFC 3339). */
             observed_at: string;
             /** @description Generated tokens, reasoning included. */
@@ -997,6 +1300,8 @@ export interface components {
             provider: "openai" | "anthropic" | "google" | "normalized";
             /** @description Every input token the provider processed, cached or not. */
             provider_input_tokens: number | null;
+            /** @description Input tokens of this main call that its cache miss billed again: what it would have read from the cache without the miss, less what it read (0 without a miss). Without the miss means: the expected cached tokens for `provider`; the smaller of this turn's and the previous turn's cacheable tokens for `expired`, and for a changed prefix when the previous turn was within the cache lifetime. `null` for a wrap-up or repair call, and for a preparation stored before the figures were kept. */
+            rebilled_tokens?: number | null;
             /** @description The report's id. */
             report_id: string;
             /** @description The provider's response id the report named (`null`: none). */
@@ -1236,8 +1541,8 @@ export interface components {
          *     where there is one: `field`, `sources`, `block_ids`, `reasons`, `errors`, `candidates`.
          */
         Problem: {
-            /** @description The error code (`CONTEXT_ASSEMBLY_INVALID`, `NOT_FOUND`, ...); the clients raise one error class per code. */
-            code: string;
+            /** @description The error code, one of `ProblemCode` (a newer service may answer with one this document does not list); the clients raise one error class per code. */
+            code: components["schemas"]["ProblemCode"] | string;
             /** @description What went wrong with this request. */
             detail: string;
             /** @description The path of the request. */
@@ -1250,6 +1555,39 @@ export interface components {
             type: string;
         } & {
             [key: string]: unknown;
+        };
+        /**
+         * @description What kind of problem it is: one code per error of the service. The clients raise one error class per code (a code they do not know, from a newer service, by the HTTP status).
+         *
+         *     - `INTERNAL` (500): Internal error.
+         *     - `CONTEXT_ASSEMBLY_INVALID` (422): Invalid context-assembly request.
+         *     - `CONTEXT_ASSEMBLY_OVERFLOW` (422): Protected data exceeds the data budget.
+         *     - `CONTEXT_OVERFLOW` (422): Request does not fit the context window.
+         *     - `CONTEXT_ASSEMBLY_TIMEOUT` (504): Contributors did not finish in time.
+         *     - `CONTEXT_ASSEMBLY_STALE` (409): Preparation is stale.
+         *     - `CONTRIBUTOR_FAILED` (502): Contributor failed.
+         *     - `CONTRIBUTOR_URL_REJECTED` (422): Contributor URL rejected.
+         *     - `UNAUTHENTICATED` (401): Authentication required.
+         *     - `NOT_FOUND` (404): Not found.
+         *     - `METHOD_NOT_ALLOWED` (405): Method not allowed.
+         *     - `BAD_REQUEST` (400): Bad request.
+         *     - `PAYLOAD_TOO_LARGE` (413): Payload too large.
+         *     - `REQUEST_HEAD_TOO_LARGE` (431): Request header fields too large.
+         *     - `REQUEST_TIMEOUT` (408): Request timeout.
+         *     - `STORE_UNAVAILABLE` (503): Store unavailable.
+         *     - `RECORD_TOO_NEW` (503): Preparation written by a newer version.
+         * @enum {string}
+         */
+        ProblemCode: "INTERNAL" | "CONTEXT_ASSEMBLY_INVALID" | "CONTEXT_ASSEMBLY_OVERFLOW" | "CONTEXT_OVERFLOW" | "CONTEXT_ASSEMBLY_TIMEOUT" | "CONTEXT_ASSEMBLY_STALE" | "CONTRIBUTOR_FAILED" | "CONTRIBUTOR_URL_REJECTED" | "UNAUTHENTICATED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "BAD_REQUEST" | "PAYLOAD_TOO_LARGE" | "REQUEST_HEAD_TOO_LARGE" | "REQUEST_TIMEOUT" | "STORE_UNAVAILABLE" | "RECORD_TOO_NEW";
+        /**
+         * PromptCacheOptionsDirective
+         * @description OpenAI's `prompt_cache_options` (models with `explicit_cache_breakpoints` only).
+         */
+        PromptCacheOptionsDirective: {
+            /** @description The previous turn's response id (`resp_…`) the provider compares this request with (Responses only, with `cache.diagnostics`). */
+            comparison_response_id?: string | null;
+            /** @description `explicit`: no breakpoint of OpenAI's own (absent: its implicit default). */
+            mode?: "explicit" | null;
         };
         /**
          * ReloadAnswer
@@ -1300,6 +1638,31 @@ export interface components {
             };
             /** @description The preparation repaired. */
             preparation_id: string;
+        };
+        /**
+         * RevisionAnswer
+         * @description The answer to a ``revision`` packet: ``{revision}`` (other members are ignored, so a
+         *     contributor may answer both packet types with the same body).
+         */
+        RevisionAnswer: {
+            /** @description The version of what the source holds for this scope: a string, a finite number or an integer within signed 64 bits. Validate compares it with the prepare's. */
+            revision: string | number;
+        };
+        /**
+         * RevisionPacket
+         * @description The check of a source's current revision that validate and repair make (`stale` when it
+         *     differs from the prepare's). The answer is `{revision}`.
+         */
+        RevisionPacket: {
+            /** @description The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it. */
+            scope: components["schemas"]["Scope"];
+            /** @description The source whose revision is asked for. */
+            source: string;
+            /**
+             * @description Always `revision`.
+             * @constant
+             */
+            type: "revision";
         };
         /**
          * Routing
@@ -1404,6 +1767,8 @@ export interface components {
             blocks: components["schemas"]["BlockReport"][];
             /** @description The cache plan and the comparison with the previous turn (only with `cache`). */
             cache?: components["schemas"]["CacheReport"] | null;
+            /** @description The context pressure of the call and the compaction decision (docs/compaction.md); absent in records stored before it was reported. */
+            compaction?: components["schemas"]["CompactionReport"] | null;
             /** @description Whether the counts are exact: the tokenizer is the model's own (and the history is not held by the provider). */
             exact: boolean;
             /**
@@ -1456,10 +1821,10 @@ export interface components {
              */
             after: "tools" | "instructions" | "history" | "end";
             /**
-             * @description `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes.
+             * @description `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes. `not_markable`: OpenAI takes no breakpoint there (on tool definitions, on an assistant message, on a part of another kind). `automatic`: the provider's own marker ends the frame there (Anthropic's automatic caching, OpenAI's implicit mode), counted in `cacheable_tokens`. `retention`: OpenAI breakpoints are not sent with `prompt_cache_retention`.
              * @enum {string}
              */
-            reason: "below_minimum" | "unstable_in_layout" | "limit";
+            reason: "below_minimum" | "unstable_in_layout" | "limit" | "not_markable" | "automatic" | "retention";
         };
         /**
          * SourceFailureReport
@@ -1504,6 +1869,41 @@ export interface components {
             status: "ok" | "inline" | "timeout" | "error" | "invalid" | "too_large" | "skipped_deadline" | "rejected";
         };
         /**
+         * SummarizePacket
+         * @description What the service asks a summarizer for under `assembly.compaction.mode: "summarize"`: the
+         *     summary of the oldest history messages, which replaces them in the frame. The answer is
+         *     `{summary}`.
+         */
+        SummarizePacket: {
+            /** @description The prepare's deadline, in Unix milliseconds (`X-Contributor-Timeout-Ms` gives the time left, needing no synchronised clock). */
+            deadline_unix_ms: number;
+            /** @description The longest summary wanted, in tokens (`assembly.compaction.summary_tokens`). */
+            max_summary_tokens: number;
+            /** @description The history messages to fold into one summary, oldest first. */
+            messages: components["schemas"]["Message"][];
+            /** @description The model the frame is for. */
+            model: string;
+            /** @description The preparation (the same for its refresh). */
+            preparation_id: string;
+            /** @description The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it. */
+            scope: components["schemas"]["Scope"];
+            /** @description The summarizer's registered endpoint name. */
+            source: string;
+            /**
+             * @description Always `summarize`.
+             * @constant
+             */
+            type: "summarize";
+        };
+        /**
+         * SummaryAnswer
+         * @description The summarizer's ``200`` body: ``{summary}`` (other members are ignored).
+         */
+        SummaryAnswer: {
+            /** @description The summary, which replaces the folded messages as one message; what it says is the summarizer's. */
+            summary: string;
+        };
+        /**
          * TextPart
          * @description A text part of a message's content.
          */
@@ -1525,6 +1925,8 @@ export interface components {
         Timeline: {
             /** @description The cost in USD of the page's turns that have one (null: none has). */
             cost?: number | null;
+            /** @description The miss_cost in USD of the page's turns that have one (null: none has). */
+            miss_cost?: number | null;
             /** @description The before value of the page of older turns (the oldest turn shown here); null when no older turn is live. */
             older_before: number | null;
             /** @description The preparation whose conversation is shown. */
@@ -1547,6 +1949,8 @@ export interface components {
             cacheable_tokens: number | null;
             /** @description The cached input tokens the provider reported for the main call (null: no usage report). */
             cached_input_tokens: number | null;
+            /** @description The turn's compaction decision (docs/compaction.md); null for a turn stored before decisions were recorded. */
+            compaction?: components["schemas"]["TurnCompaction"] | null;
             /** @description What the turn's latest main or wrap-up call cost in USD at the model's price, from its usage report (null: no report, or no price). */
             cost?: number | null;
             /** @description When the turn was prepared (RFC 3339, UTC). */
@@ -1561,6 +1965,8 @@ export interface components {
             layout: string;
             /** @description A turn that read less from the cache than it could have: prefix_changed (the prefix differs from the previous turn's), expired (the previous turn is older than the provider's cache lifetime) or provider (the provider reported fewer cached tokens than expected). Null otherwise. */
             miss: ("prefix_changed" | "expired" | "provider") | null;
+            /** @description What the miss cost in USD: what the main call paid less what it would have paid had its rebilled_tokens been read from the cache (the usage report's `cost.miss`; 0 without a miss). Null: no usage report, the latest one is not of the main call, no price (or no cache read rate), or no rebilled_tokens. */
+            miss_cost?: number | null;
             /** @description The model assembled for (the routed one). */
             model: string;
             /** @description Whether the previous turn's prefix starts this one (null: nothing to compare with). */
@@ -1569,6 +1975,8 @@ export interface components {
             preparation_id: string;
             /** @description The preparation this turn was compared with (null: a first turn). */
             previous_preparation_id: string | null;
+            /** @description The input tokens the turn's main call paid again because of its miss (the usage report's `rebilled_tokens`; 0 without a miss). Null: no usage report, the latest one is not of the main call, or the preparation was stored before the figure was kept. */
+            rebilled_tokens?: number | null;
             /** @description The render target of the frame. */
             render: string;
             /** @description Seconds between the previous turn and this one (null: no previous turn). */
@@ -1625,6 +2033,16 @@ export interface components {
                     [key: string]: unknown;
                 };
             } | null;
+        };
+        /**
+         * TurnCompaction
+         * @description A timeline turn's compaction decision (`selection.compaction` of its preparation).
+         */
+        TurnCompaction: {
+            /** @description `none`, `compact` or `clear_tool_results`. */
+            decision: string;
+            /** @description Why (`selection.compaction.reason`). */
+            reason: string | null;
         };
         /**
          * UsageRequest
@@ -1745,11 +2163,18 @@ export type BlockReport = components['schemas']['BlockReport'];
 export type BudgetReport = components['schemas']['BudgetReport'];
 export type BudgetResponse = components['schemas']['BudgetResponse'];
 export type CacheBreakpoint = components['schemas']['CacheBreakpoint'];
+export type CacheControlDirective = components['schemas']['CacheControlDirective'];
 export type CacheOptions = components['schemas']['CacheOptions'];
 export type CacheReport = components['schemas']['CacheReport'];
+export type CompactionOptions = components['schemas']['CompactionOptions'];
+export type CompactionReport = components['schemas']['CompactionReport'];
+export type ContributePacket = components['schemas']['ContributePacket'];
 export type Contribution = components['schemas']['Contribution'];
+export type ContributorAnswer = components['schemas']['ContributorAnswer'];
 export type ContributorRef = components['schemas']['ContributorRef'];
 export type CostReport = components['schemas']['CostReport'];
+export type DiagnosticsDirective = components['schemas']['DiagnosticsDirective'];
+export type Economics = components['schemas']['Economics'];
 export type FirstChange = components['schemas']['FirstChange'];
 export type Frame = components['schemas']['Frame'];
 export type Health = components['schemas']['Health'];
@@ -1762,6 +2187,7 @@ export type ModelList = components['schemas']['ModelList'];
 export type ModelPrice = components['schemas']['ModelPrice'];
 export type ModelPriceTier = components['schemas']['ModelPriceTier'];
 export type NamedChange = components['schemas']['NamedChange'];
+export type NativeDirective = components['schemas']['NativeDirective'];
 export type NativeHistory = components['schemas']['NativeHistory'];
 export type NativePart = components['schemas']['NativePart'];
 export type Observation = components['schemas']['Observation'];
@@ -1773,9 +2199,13 @@ export type PreparationView = components['schemas']['PreparationView'];
 export type PrepareRequest = components['schemas']['PrepareRequest'];
 export type PrepareResponse = components['schemas']['PrepareResponse'];
 export type Problem = components['schemas']['Problem'];
+export type ProblemCode = components['schemas']['ProblemCode'];
+export type PromptCacheOptionsDirective = components['schemas']['PromptCacheOptionsDirective'];
 export type ReloadAnswer = components['schemas']['ReloadAnswer'];
 export type RepairRequest = components['schemas']['RepairRequest'];
 export type RepairResponse = components['schemas']['RepairResponse'];
+export type RevisionAnswer = components['schemas']['RevisionAnswer'];
+export type RevisionPacket = components['schemas']['RevisionPacket'];
 export type Routing = components['schemas']['Routing'];
 export type RoutingCandidate = components['schemas']['RoutingCandidate'];
 export type RoutingReport = components['schemas']['RoutingReport'];
@@ -1784,11 +2214,14 @@ export type SelectionReport = components['schemas']['SelectionReport'];
 export type SkippedBreakpoint = components['schemas']['SkippedBreakpoint'];
 export type SourceFailureReport = components['schemas']['SourceFailureReport'];
 export type SourceReport = components['schemas']['SourceReport'];
+export type SummarizePacket = components['schemas']['SummarizePacket'];
+export type SummaryAnswer = components['schemas']['SummaryAnswer'];
 export type TextPart = components['schemas']['TextPart'];
 export type Timeline = components['schemas']['Timeline'];
 export type TimelineTurn = components['schemas']['TimelineTurn'];
 export type Tool = components['schemas']['Tool'];
 export type ToolCall = components['schemas']['ToolCall'];
+export type TurnCompaction = components['schemas']['TurnCompaction'];
 export type UsageRequest = components['schemas']['UsageRequest'];
 export type UsageResponse = components['schemas']['UsageResponse'];
 export type ValidateRequest = components['schemas']['ValidateRequest'];
@@ -1864,7 +2297,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1977,7 +2410,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2061,7 +2494,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2123,7 +2556,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2215,7 +2648,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2307,7 +2740,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2373,7 +2806,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2447,7 +2880,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2530,7 +2963,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2602,7 +3035,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. */
+            /** @description `STORE_UNAVAILABLE`: the store did not answer in time; retry later. `RECORD_TOO_NEW` (the calls on a preparation): a newer version of the service wrote it; retry. */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2619,6 +3052,126 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+        };
+    };
+    contribute: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The integer milliseconds left at sending (at least 1): a call still running at the deadline is cancelled. */
+                "X-Contributor-Timeout-Ms": number;
+                /** @description Stable for one delivery: derived from the preparation, the source, the packet type and the attempt (each revision check has its own). */
+                "webhook-id": string;
+                /** @description With a registration secret (Standard Webhooks): the Unix seconds the delivery was signed at. */
+                "webhook-timestamp"?: string | null;
+                /** @description With a registration secret (Standard Webhooks): `v1,` and the base64 HMAC-SHA256 of `"{webhook-id}.{webhook-timestamp}.{body}"` under the secret's key. */
+                "webhook-signature"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ContributePacket"];
+            };
+        };
+        responses: {
+            /** @description Exactly `{revision, blocks}`, as JSON. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ContributorAnswer"];
+                };
+            };
+            /** @description Anything else fails the call: `504` is `timeout`, any other status `error` (docs/contract.md, "Webhook protocol"). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    revision: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The integer milliseconds left at sending (at least 1): a call still running at the deadline is cancelled. */
+                "X-Contributor-Timeout-Ms": number;
+                /** @description Stable for one delivery: derived from the preparation, the source, the packet type and the attempt (each revision check has its own). */
+                "webhook-id": string;
+                /** @description With a registration secret (Standard Webhooks): the Unix seconds the delivery was signed at. */
+                "webhook-timestamp"?: string | null;
+                /** @description With a registration secret (Standard Webhooks): `v1,` and the base64 HMAC-SHA256 of `"{webhook-id}.{webhook-timestamp}.{body}"` under the secret's key. */
+                "webhook-signature"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RevisionPacket"];
+            };
+        };
+        responses: {
+            /** @description `{revision}` (other members are ignored). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionAnswer"];
+                };
+            };
+            /** @description Anything else fails the call: `504` is `timeout`, any other status `error` (docs/contract.md, "Webhook protocol"). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    summarize: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description The integer milliseconds left at sending (at least 1): a call still running at the deadline is cancelled. */
+                "X-Contributor-Timeout-Ms": number;
+                /** @description Stable for one delivery: derived from the preparation, the source, the packet type and the attempt (each revision check has its own). */
+                "webhook-id": string;
+                /** @description With a registration secret (Standard Webhooks): the Unix seconds the delivery was signed at. */
+                "webhook-timestamp"?: string | null;
+                /** @description With a registration secret (Standard Webhooks): `v1,` and the base64 HMAC-SHA256 of `"{webhook-id}.{webhook-timestamp}.{body}"` under the secret's key. */
+                "webhook-signature"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SummarizePacket"];
+            };
+        };
+        responses: {
+            /** @description `{summary}`, a non-empty string (other members are ignored). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SummaryAnswer"];
+                };
+            };
+            /** @description Anything else fails the call: `504` is `timeout`, any other status `error` (docs/contract.md, "Webhook protocol"). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
         };
     };

@@ -201,7 +201,7 @@ describe("contextAssemblyMiddleware with generateText and streamText", () => {
     assert.equal(last?.cached_input_tokens, 200);
     assert.equal(last?.output_tokens, 9);
     assert.equal(last?.response_id, "mock-response-1", "the provider's response id");
-    assert.deepEqual(middleware.stats, { prepared: 1, failedOpen: 0, mappingFailures: 0, cacheMarkersSkipped: 0, usageReports: 1, usageReportFailures: 0 });
+    assert.deepEqual(middleware.stats, { prepared: 1, failedOpen: 0, mappingFailures: 0, cacheMarkersSkipped: 0, nativeCompactionSkipped: 0, usageReports: 1, usageReportFailures: 0 });
   });
 
   test("streamText: the stream passes through and the usage is reported at its finish part", async () => {
@@ -390,7 +390,7 @@ describe("a mapping failure (a bug of the adapter)", () => {
     const result = await generateText({ model: wrapLanguageModel({ model, middleware }), prompt: "How do I take my tea?" });
     assert.equal(result.text, "Without sugar.");
     assert.equal(model.doGenerateCalls[0]!.prompt.length, 1, "the original prompt");
-    assert.deepEqual(middleware.stats, { prepared: 0, failedOpen: 1, mappingFailures: 1, cacheMarkersSkipped: 0, usageReports: 0, usageReportFailures: 0 });
+    assert.deepEqual(middleware.stats, { prepared: 0, failedOpen: 1, mappingFailures: 1, cacheMarkersSkipped: 0, nativeCompactionSkipped: 0, usageReports: 0, usageReportFailures: 0 });
     assert.equal(warn.mock.callCount(), 1);
     const text = String(warn.mock.calls[0]!.arguments[0]);
     const [first, ...frames] = text.split("\n");

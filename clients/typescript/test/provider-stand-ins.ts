@@ -6,7 +6,10 @@
 //
 // The answers follow a script that makes a tool loop: while the conversation's last assistant
 // turn has no tool result after it, the model calls the `weather` tool for the city named in the
-// latest user text ("... in Oslo?"); once the results are there, it answers in text.
+// latest user text ("... in Oslo?"); once the results are there, it answers in text. An
+// Anthropic request that asks for compaction (`context_management`) while its conversation holds
+// no compaction block yet is answered as one that crossed the threshold: the answer opens with a
+// `compaction` block whose summary is `COMPACTED`.
 
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 
@@ -37,6 +40,7 @@ export interface AnthropicBody {
   messages: AnthropicMessage[];
   tools?: { name: string; cache_control?: unknown }[];
   stream?: boolean;
+  context_management?: unknown;
 }
 
 export interface ChatMessage {
@@ -77,7 +81,12 @@ export interface Recorded {
   body: AnthropicBody | ChatBody | ResponsesBody;
   /** The id the stand-in gave its answer (`msg_…`, `chatcmpl-…`, `resp_…`). */
   responseId: string;
+  /** The request's headers (lower-case names). */
+  headers: Record<string, string>;
 }
+
+/** The summary of the compaction block the Anthropic stand-in opens an answer with when asked to compact. */
+export const COMPACTED = "The user asked about the weather; it rains.";
 
 /** The usage every answer reports. */
 export const STAND_IN_USAGE = { input: 1500, output: 20 };
@@ -163,13 +172,14 @@ function anthropicReply(response: ServerResponse, body: AnthropicBody, id: strin
   const usage = { input_tokens: STAND_IN_USAGE.input, output_tokens: STAND_IN_USAGE.output, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
   const block = reply.kind === "tool" ? { type: "tool_use", id: `toolu_${reply.callId}`, name: "weather", input: { city: reply.city } } : { type: "text", text: reply.text };
   const stopReason = reply.kind === "tool" ? "tool_use" : "end_turn";
+  const compacts = body.context_management !== undefined && !JSON.stringify(body.messages).includes('"type":"compaction"');
   if (body.stream !== true) {
     json(response, 200, {
       id,
       type: "message",
       role: "assistant",
       model: body.model,
-      content: [block],
+      content: compacts ? [{ type: "compaction", content: COMPACTED }, block] : [block],
       stop_reason: stopReason,
       stop_sequence: null,
       usage,
@@ -291,23 +301,24 @@ export async function startStandIn(): Promise<StandIn> {
       const text = await readBody(request);
       const n = requests.length + 1;
       const path = (request.url ?? "").split("?")[0];
+      const headers = Object.fromEntries(Object.entries(request.headers).map(([name, value]) => [name, Array.isArray(value) ? value.join(",") : (value ?? "")]));
       if (request.method !== "POST") return json(response, 405, { error: { message: "POST only" } });
       if (path === "/v1/messages") {
         const body = JSON.parse(text) as AnthropicBody;
         const responseId = `msg_standin_${n}`;
-        requests.push({ api: "anthropic", body, responseId });
+        requests.push({ api: "anthropic", body, responseId, headers });
         return anthropicReply(response, body, responseId, anthropicAnswer(body, n));
       }
       if (path === "/v1/chat/completions") {
         const body = JSON.parse(text) as ChatBody;
         const responseId = `chatcmpl-standin-${n}`;
-        requests.push({ api: "openai-chat", body, responseId });
+        requests.push({ api: "openai-chat", body, responseId, headers });
         return chatReply(response, body, responseId, chatAnswer(body, n));
       }
       if (path === "/v1/responses") {
         const body = JSON.parse(text) as ResponsesBody;
         const responseId = `resp_standin_${n}`;
-        requests.push({ api: "openai-responses", body, responseId });
+        requests.push({ api: "openai-responses", body, responseId, headers });
         return responsesReply(response, body, responseId, responsesAnswer(body, n), issued, n);
       }
       return json(response, 404, { error: { message: `no route ${path}` } });

@@ -1,9 +1,11 @@
-"""``create_app(settings)``: the FastAPI application and its lifespan wiring."""
+"""``create_app(settings)``: the FastAPI application, its lifespan (:func:`serving`) and the
+OpenAPI document it serves."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -22,7 +24,10 @@ from context_assembly.api.docs_ui import install_docs_ui
 from context_assembly.api.middleware import BodyLimit, RequestContext
 from context_assembly.api.problems import PROBLEM_JSON, install_problem_handlers
 from context_assembly.api.reload import file_tables, reload_settings
-from context_assembly.api.routes import BODY_MODELS, get_tenant, ops, v1
+from context_assembly.api.routes import ROUTERS
+from context_assembly.api.routes.dependencies import BODY_MODELS, get_tenant
+from context_assembly.api.webhooks import TAG as WEBHOOKS_TAG
+from context_assembly.api.webhooks import router as webhooks
 from context_assembly.config import Settings
 from context_assembly.contributors.client import ContributorClient, create_client
 from context_assembly.contributors.ssrf import Resolver
@@ -62,6 +67,86 @@ def _operation_id(route: APIRoute) -> str:
     return route.name
 
 
+@asynccontextmanager
+async def serving(
+    app: FastAPI,
+    *,
+    settings: Settings,
+    metrics: Metrics,
+    store: Store | None,
+    client: ContributorClient | None,
+    resolver: Resolver | None,
+    clock: Clock | None,
+    config_path: str | None,
+) -> AsyncIterator[None]:
+    """The app's lifespan: the store, the contributor client and the lifecycle service opened
+    (an injected ``store`` or ``client`` is used as given and not closed), the tokenizers
+    warmed, ``SIGHUP`` bound to a reload, the purge of expired records started; and all of it
+    closed again in the reverse order at shutdown."""
+    the_store = store or await open_store(
+        settings.store.backend,
+        path=settings.store.path,
+        redis_url=settings.store.redis_url,
+        key_prefix=settings.store.key_prefix,
+        sqlite_synchronous=settings.store.sqlite_synchronous,
+    )
+    the_client = client or create_client(
+        max_connections=settings.limits.max_contributor_connections
+    )
+    for name in ("o200k_base", "cl100k_base"):
+        get_counter(name).count("warm up")  # build encodings now, not on the first request
+    app.state.preparations = Preparations(
+        settings,
+        the_store,
+        the_client,
+        app.state.registry,
+        resolver=resolver,
+        clock=clock,
+        cache_key_secret=await _cache_key_secret(settings, the_store),
+        prices=app.state.prices,
+    )
+    metrics.watch_mcp_sessions(app.state.preparations.contributors.mcp.open_sessions)
+    reloads = config_path is not None and threading.current_thread() is threading.main_thread()
+    loop = asyncio.get_running_loop()
+    if reloads:
+        loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)
+    purge = asyncio.create_task(_purge_expired(the_store, clock or Clock()))
+    log.info(
+        "started",
+        version=__version__,
+        host=settings.server.host,
+        port=settings.server.port,
+        workers=settings.server.workers,
+        store=settings.store.backend,
+        auth=settings.auth.mode,
+        contributors=len(settings.contributors),
+    )
+    try:
+        yield
+    finally:
+        purge.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await purge
+        if reloads:
+            loop.remove_signal_handler(signal.SIGHUP)
+        await app.state.preparations.aclose()  # MCP sessions, before their client closes
+        if client is None:
+            await the_client.aclose()
+        if store is None:
+            await the_store.aclose()
+        await tracing.flush()  # spans still in a batch: no exit hook runs after a signal
+        log.info("stopped")
+
+
+async def _cache_key_secret(settings: Settings, store: Store) -> bytes:
+    """The HMAC key of automatic ``prompt_cache_key``s: the configured one, else the one the
+    store keeps (made on first use, so that every replica and restart keys alike)."""
+    configured = settings.cache.key_secret
+    if configured is not None:
+        return configured.get_secret_value().encode()
+    return await store.secret(CACHE_KEY_SECRET, os.urandom(32))
+
+
 def create_app(
     settings: Settings,
     *,
@@ -81,70 +166,16 @@ def create_app(
     # with its [prices."name"] entries (a reload rebuilds both).
     registry = ModelRegistry.load().with_configured(settings.models)
     prices = ModelPrices.load(registry).with_configured(settings.prices)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        own_store = store is None
-        own_client = client is None
-        the_store = store or await open_store(
-            settings.store.backend,
-            path=settings.store.path,
-            redis_url=settings.store.redis_url,
-            key_prefix=settings.store.key_prefix,
-            sqlite_synchronous=settings.store.sqlite_synchronous,
-        )
-        the_client = client or create_client(
-            max_connections=settings.limits.max_contributor_connections
-        )
-        for name in ("o200k_base", "cl100k_base"):
-            get_counter(name).count("warm up")  # build encodings now, not on the first request
-        configured = settings.cache.key_secret
-        key_secret = (
-            configured.get_secret_value().encode()
-            if configured is not None
-            else await the_store.secret(CACHE_KEY_SECRET, os.urandom(32))
-        )
-        app.state.preparations = Preparations(
-            settings,
-            the_store,
-            the_client,
-            app.state.registry,
-            resolver=resolver,
-            clock=clock,
-            cache_key_secret=key_secret,
-            prices=app.state.prices,
-        )
-        metrics.watch_mcp_sessions(app.state.preparations.contributors.mcp.open_sessions)
-        loop = asyncio.get_running_loop()
-        if config_path is not None and threading.current_thread() is threading.main_thread():
-            loop.add_signal_handler(signal.SIGHUP, reload_settings, app, config_path)
-        purge = asyncio.create_task(_purge_expired(the_store, clock or Clock()))
-        log.info(
-            "started",
-            version=__version__,
-            host=settings.server.host,
-            port=settings.server.port,
-            workers=settings.server.workers,
-            store=settings.store.backend,
-            auth=settings.auth.mode,
-            contributors=len(settings.contributors),
-        )
-        try:
-            yield
-        finally:
-            purge.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await purge
-            if config_path is not None and threading.current_thread() is threading.main_thread():
-                loop.remove_signal_handler(signal.SIGHUP)
-            await app.state.preparations.aclose()  # MCP sessions, before their client closes
-            if own_client:
-                await the_client.aclose()
-            if own_store:
-                await the_store.aclose()
-            await tracing.flush()  # spans still in a batch: no exit hook runs after a signal
-            log.info("stopped")
-
+    lifespan = functools.partial(
+        serving,
+        settings=settings,
+        metrics=metrics,
+        store=store,
+        client=client,
+        resolver=resolver,
+        clock=clock,
+        config_path=config_path,
+    )
     app = FastAPI(
         title="context-assembly",
         version=__version__,
@@ -170,8 +201,9 @@ def create_app(
     app.state.config_path = config_path
     app.state.config_tables = file_tables(config_path)
     install_problem_handlers(app)
-    app.include_router(v1)
-    app.include_router(ops)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.webhooks.include_router(webhooks)  # described in the document, never served
     install_docs_ui(app)
     app.add_middleware(BodyLimit, max_bytes=lambda: app.state.settings.limits.max_body_bytes)
     app.add_middleware(RequestContext, metrics=metrics)
@@ -207,6 +239,11 @@ OPENAPI_TAGS: list[dict[str, Any]] = [
         "name": "Operations",
         "description": "Liveness, readiness, Prometheus metrics and the configuration reload.",
     },
+    {
+        "name": WEBHOOKS_TAG,
+        "description": "What the service posts to a contributor or a summarizer, and the answer "
+        'it takes back (docs/contract.md, "Webhook protocol").',
+    },
 ]
 
 SECURITY_SCHEMES: dict[str, Any] = {
@@ -238,7 +275,8 @@ def _complete_openapi(app: FastAPI) -> None:
     generate = app.openapi
     keyed = {
         route.path_format
-        for route in (*v1.routes, *ops.routes)
+        for router in ROUTERS
+        for route in router.routes
         if isinstance(route, APIRoute)
         and any(dep.call is get_tenant for dep in route.dependant.dependencies)
     }

@@ -7,7 +7,8 @@ the same way), so the numbers, refusals and field names are pydantic-core's own 
 is one ``CONTEXT_ASSEMBLY_INVALID`` problem+json naming the field. A body over
 ``offload.LARGE_BYTES`` is parsed in a worker thread, off the event loop. FastAPI does not see such a
 body, so :func:`documented` says it in the route's ``openapi_extra``, and
-:func:`body_schemas` gives the component schemas the document needs for it.
+:func:`body_schemas` gives the component schemas the document needs for it (docs/decisions.md,
+"HTTP", says why not FastAPI's own ``Body()``).
 """
 
 from __future__ import annotations

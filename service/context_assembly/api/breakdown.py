@@ -1,10 +1,13 @@
 """The human view of one preparation: the window as a stacked bar and a table whose parts add up
 to the capacity, the cache plan and how the turn fared against the previous one, decisions with
-reasons and dependencies, sources (a failed one with its cause), hashes and accounting.
+reasons and dependencies, sources (a failed one with its cause), hashes and accounting, and what
+each usage report cost per bucket at the model's price ("no price" where it has none: never a
+guess), with what the turn's cache miss cost.
 
-HTML for browsers (``Accept: text/html``), plain text otherwise. It shows ids, names, statuses,
-reasons and token counts only: the stored record has no block bodies, instructions or history
-to show.
+This module holds what both forms show, as parts, facts and words; ``breakdown_html.py`` renders
+it for browsers (``Accept: text/html``), ``breakdown_text.py`` as plain text otherwise. It shows
+ids, names, statuses, reasons and token counts only: the stored record has no block bodies,
+instructions or history to show.
 
 Totals, as the page states them: the parts of the window (input terms, data, unused, reserves)
 add up to the capacity; ``remaining`` is the one figure left for data after the other input
@@ -15,23 +18,21 @@ headers.
 
 from __future__ import annotations
 
-import textwrap
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import quote
 
-from context_assembly.api.pages import cell, count, duration, e, page, shown
+from context_assembly.api.pages import count, shown, usd
 from context_assembly.api.turn_words import (
     MISS_WORDS,
     change_words,
     expected_words,
     reported_words,
 )
+from context_assembly.core.cache import OPENAI_BREAKPOINT_LIFETIME
+from context_assembly.core.diagnostics import Agreement, agreement, vendor_diagnosis
 from context_assembly.core.result import BudgetReport, CacheReport, SourceFailureReport
-from context_assembly.lifecycle_models import PreparationView
+from context_assembly.lifecycle_models import CostReport, Observation, PreparationView
 from context_assembly.preparations.operations import Breakdown
-
-__all__ = ["count", "render_html", "render_text", "shown"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,61 @@ _SKIP_WORDS: Final = {
     "below_minimum": "the tokens up to it are below the model's minimum cacheable length",
     "unstable_in_layout": "in the legacy layout that part changes every turn",
     "limit": "the provider accepts at most 4 markers",
+    "not_markable": "OpenAI takes no breakpoint there (tool definitions, assistant messages)",
+    "automatic": "the provider's own marker ends the frame there (counted as cacheable)",
+    "retention": "OpenAI breakpoints are not sent with prompt_cache_retention",
+}
+_AGREEMENT_WORDS: Final[dict[Agreement, str]] = {
+    "agree": "agrees with the service's comparison",
+    "disagree": "DISAGREES with the service's comparison",
+    "not_comparable": "not comparable with the service's comparison",
 }
 _OPENAI: Final = ("openai-chat", "openai-responses")
+
+# The buckets of a cost, in the order shown, with their names on the page.
+COST_BUCKETS: Final = (
+    ("uncached_input", "uncached input"),
+    ("cache_read", "cache read"),
+    ("cache_write_5m", "cache write 5m"),
+    ("cache_write_1h", "cache write 1h"),
+    ("cache_write", "cache write"),
+    ("output", "output"),
+)
+NO_PRICE: Final = "no price: the model has none, or a bucket of the report has no rate"
+
+
+def price_words(cost: CostReport) -> str:
+    """Which price applied, in a few words."""
+    tier = ", long-context rates" if cost.long_context else ""
+    return f"price {shown(cost.price)} ({cost.price_source}{tier})"
+
+
+def cost_words(obs: Observation) -> str:
+    """A report's cost per bucket and in total, in USD, or why it has none."""
+    cost = obs.cost
+    if cost is None:
+        return NO_PRICE
+    buckets = ", ".join(f"{name} {usd(getattr(cost, key))}" for key, name in COST_BUCKETS)
+    return f"{buckets}; total {usd(cost.total)} USD, {price_words(cost)}"
+
+
+def miss_cost_words(obs: Observation) -> str | None:
+    """What a main call's cache miss billed again and what that cost (``None``: no miss)."""
+    if obs.miss_cause is None:
+        return None
+    tokens = obs.rebilled_tokens
+    said = f"cause {obs.miss_cause}: "
+    if tokens is None:
+        return (
+            said
+            + "the tokens billed again are not known (a preparation stored before they were kept)"
+        )
+    said += f"{tokens} input tokens billed again instead of read from the cache"
+    if obs.cost is None:
+        return said + f" ({NO_PRICE})"
+    if obs.cost.miss is None:
+        return said + " (the price has no cache read rate)"
+    return said + f", which cost {usd(obs.cost.miss)} USD more"
 
 
 def _per_turn_label(legacy_views: list[str] | None) -> str:
@@ -92,27 +146,14 @@ def unused(budget: BudgetReport) -> int:
     return max(0, budget.remaining_tokens - budget.data_tokens)
 
 
-def _spread(tokens: list[int], width: int) -> list[int]:
-    """Character widths for ``tokens`` that fill ``width``: proportional, but every non-zero
-    part at least one character wide, so that a term of a few tokens in a large window stays
-    visible; the largest part gives up what the small ones take."""
-    total = sum(tokens)
-    if total <= 0:
-        return [0] * len(tokens)
-    widths = [max(1, round(width * t / total)) if t > 0 else 0 for t in tokens]
-    largest = max(range(len(tokens)), key=lambda i: tokens[i])
-    widths[largest] = max(1, widths[largest] + width - sum(widths))
-    return widths
-
-
-def _share(tokens: int, capacity: int) -> str:
+def share(tokens: int, capacity: int) -> str:
     """``tokens`` as a percentage of the window, with a digit more below 1%."""
     if capacity <= 0:
         return "-"
-    share = 100 * tokens / capacity
-    if share == 0:
+    percent = 100 * tokens / capacity
+    if percent == 0:
         return "0%"
-    return f"{share:.2f}%" if 0 < share < 1 else f"{share:.1f}%"
+    return f"{percent:.2f}%" if 0 < percent < 1 else f"{percent:.1f}%"
 
 
 def entered_tokens(view: PreparationView) -> int:
@@ -159,7 +200,9 @@ def data_words(view: PreparationView) -> str:
     )
 
 
-def _uncertainty(view: PreparationView) -> list[str]:
+def uncertainty_notes(view: PreparationView) -> list[str]:
+    """What the figures cannot say exactly: estimated counts, opaque items, a provider-held or
+    trimmed history, and the routing that chose the model."""
     notes = []
     if not view.selection.exact:
         notes.append(
@@ -204,6 +247,12 @@ def _nothing_cacheable(data: Breakdown) -> str:
     if view.render in _OPENAI:
         if view.layout == "legacy":
             return "in the legacy layout the leading message changes every turn"
+        explicit = OPENAI_BREAKPOINT_LIFETIME.total_seconds()
+        if data.turn.cache_lifetime_seconds == explicit and (plan is None or not plan.breakpoints):
+            return (
+                "OpenAI's own breakpoint ends on this turn's messages, which the next turn does "
+                "not repeat (cache.breakpoints: true marks the stable prefix)"
+            )
         return f"{prefix} is below the model's minimum cacheable length ({minimum})"
     if plan is None or (not plan.breakpoints and not plan.skipped):
         return (
@@ -224,6 +273,7 @@ class Fact:
     text: str
     items: tuple[str, ...] = ()
     link: str | None = None
+    alert: bool = False  # shown in red in HTML (a miss, a disagreement)
 
 
 def _plan_facts(view: PreparationView, plan: CacheReport | None) -> list[Fact]:
@@ -259,6 +309,19 @@ def _plan_facts(view: PreparationView, plan: CacheReport | None) -> list[Fact]:
         key = "-" if plan.prompt_cache_key is None else shown(plan.prompt_cache_key)
         retention = plan.prompt_cache_retention or "default"
         facts.append(Fact("OpenAI key", f"prompt_cache_key {key}, retention {retention}"))
+    options = plan.prompt_cache_options
+    if options is not None:
+        said = [f"mode {options.mode}"] if options.mode is not None else []
+        if options.comparison_response_id is not None:
+            said.append(f"compared with {shown(options.comparison_response_id)}")
+        facts.append(Fact("OpenAI options", "prompt_cache_options: " + ", ".join(said)))
+    if plan.cache_control is not None:
+        ttl = plan.cache_control.ttl or "5m"
+        facts.append(Fact("automatic", f"top-level cache_control (ttl {ttl}), one marker slot"))
+    if plan.diagnostics is not None:
+        named = plan.diagnostics.previous_message_id
+        compared = "nothing (a first turn)" if named is None else shown(named)
+        facts.append(Fact("diagnostics", f"asked, previous_message_id {compared}"))
     if not plan.breakpoints and not plan.skipped and view.render not in _OPENAI:
         if view.render in ("anthropic", "neutral"):
             facts.append(Fact("breakpoints", "none asked for (cache.breakpoints is false)"))
@@ -299,250 +362,96 @@ def cache_facts(data: Breakdown) -> list[Fact]:
     facts.append(Fact("reported cached", f"{reported}: {said}"))
     if turn.miss is not None:
         facts.append(Fact("miss", MISS_WORDS[turn.miss]))
+    last = view.accounting.last
+    missed = None if last is None or last.call != "main" else miss_cost_words(last)
+    if missed is not None:
+        facts.append(Fact("miss cost", missed))
+    if last is not None and last.diagnostics is not None:
+        facts.append(_diagnosis_fact(last.provider, last.diagnostics, data))
     return facts
 
 
-def _turn_label(data: Breakdown) -> str:
+def _diagnosis_fact(provider: str, diagnostics: dict[str, object], data: Breakdown) -> Fact:
+    """The provider's cache diagnosis of the latest call beside the service's comparison, and
+    whether they agree (``core/diagnostics.py``)."""
+    turn = data.turn
+    vendor = vendor_diagnosis(diagnostics)
+    if turn.prefix_kept is None:
+        ours = "the service compared with nothing"
+    elif turn.prefix_kept:
+        ours = "the service kept the prefix"
+    else:
+        ours = f"the service: {change_words(turn.first_change)}"
+    if vendor is None:
+        return Fact("provider diagnosis", f"{provider}: not read (not a shape it returns); {ours}")
+    said = f"{provider}: {shown(vendor.reason)}"
+    if vendor.missed_tokens is not None:
+        said += f" ({count(vendor.missed_tokens)} input tokens missed)"
+    part = None if turn.first_change is None else turn.first_change.part
+    verdict = agreement(turn.prefix_kept, part, vendor)
+    return Fact(
+        "provider diagnosis",
+        f"{said}; {ours}: {_AGREEMENT_WORDS[verdict]}",
+        alert=verdict == "disagree",
+    )
+
+
+def turn_label(data: Breakdown) -> str:
+    """`` (turn N)`` after a mention of the timeline; empty for a turn without a number."""
     return "" if data.turn.turn is None else f" (turn {data.turn.turn})"
 
 
-# --------------------------------------------------------------------------- text
-
-_TEXT_WIDTH: Final = 96
-
-
-def _wrapped(text: str, first: str, rest: str) -> list[str]:
-    """``text`` in lines of at most ``_TEXT_WIDTH`` characters, after ``first`` on the first
-    line and ``rest`` on the others; ids and hashes are never split."""
-    return textwrap.wrap(
-        text,
-        width=_TEXT_WIDTH,
-        initial_indent=first,
-        subsequent_indent=rest,
-        break_long_words=False,
-        break_on_hyphens=False,
-    )
-
-
-def render_text(data: Breakdown) -> str:
-    """A fixed-width text breakdown."""
-    view = data.view
-    b = view.budget
-    lines = [
-        f"preparation {shown(view.preparation_id)}  model {shown(view.model)}  layout "
-        f"{view.layout}  attempt {view.attempt}",
-        f"capacity {b.capacity} ({b.capacity_source})  total input {b.total_input_tokens}  "
-        f"remaining {b.remaining_tokens}",
-        "",
-        "budget (the parts add up to the capacity):",
+def compaction_facts(view: PreparationView) -> list[Fact]:
+    """The compaction section (docs/compaction.md): the decision and its numbers; nothing for
+    a preparation stored before decisions were recorded."""
+    decided = view.selection.compaction
+    if decided is None:
+        return []
+    facts = [
+        Fact("decision", f"{decided.decision} ({decided.reason}), mode {decided.mode}"),
+        Fact(
+            "pressure",
+            f"input {decided.input_tokens} of a {decided.window_tokens}-token window; trigger "
+            f"{decided.trigger_tokens}; floor {decided.floor_tokens} (what no compaction "
+            f"removes); {decided.reclaimable_tokens} reclaimable",
+        ),
     ]
-    window = parts(b, data.legacy_views)
-    widths = _spread([p.tokens for p in window], 60)
-    bar = "".join(p.mark * w for p, w in zip(window, widths, strict=True))
-    lines.append(f"  window [{bar}] {b.capacity}")
-    for p in window:
-        lines.append(f"  {p.mark} {p.label:<20} {p.tokens:>9}  {_share(p.tokens, b.capacity):>7}")
-    lines.append(f"  = {'capacity':<20} {b.capacity:>9}  {'100%':>7}")
-    lines += _wrapped(remaining_words(view), "  ", "    ")
-    lines += _wrapped(data_words(view), "  ", "    ")
-    lines += ["", f"blocks ({len(view.selection.blocks)}):"]
-    for block in view.selection.blocks:
-        needs = ", ".join(shown(d) for d in block.dependencies)
-        lines.append(
-            f"  {block.status:<9} {block.reason:<18} {block.tokens:>7} / {block.full_tokens:<7} "
-            f"{shown(block.source)}/{shown(block.id)}"
-            + ("  [protected]" if block.protected else "")
-            + (f"  <- {needs}" if needs else "")
-        )
-    lines += ["", "sources:"]
-    for source in view.selection.sources:
-        lines.append(
-            f"  {shown(source.source):<24} {source.kind:<10} {source.status:<16} {source.duration_ms:>8.1f} ms  "
-            f"{source.block_count} blocks"
-        )
-        if source.failure is not None:
-            lines += _wrapped(failure_words(source.failure), "    failed: ", " " * 12)
-    lines += ["", "cache:"]
-    for fact in cache_facts(data):
-        if fact.text:
-            lines += _wrapped(fact.text, f"  {fact.name + ':':<17} ", " " * 20)
-        else:
-            lines.append(f"  {fact.name}:")
-        for item in fact.items:
-            lines += _wrapped(item, "    - ", "      ")
-    lines.append(
-        f"  {'timeline:':<17} GET /v1/preparations/{shown(view.preparation_id)}/timeline"
-        + _turn_label(data)
-    )
-    lines += [
-        "",
-        f"prefix {view.prefix_hash}  ({view.prefix_tokens} tokens)",
-        f"input  {view.input_hash}",
-    ]
-    acc = view.accounting
-    lines.append(f"estimated input tokens {acc.estimated_input_tokens}")
-    for name, obs in (("last", acc.last), ("auxiliary", acc.auxiliary)):
-        if obs is None:
-            lines.append(f"{name}: no usage report")
-        else:
-            lines.append(
-                f"{name}: {obs.provider}/{obs.call} input {count(obs.provider_input_tokens)} "
-                f"(delta {count(obs.input_token_delta)}) cached {count(obs.cached_input_tokens)} "
-                f"(expected {count(obs.expected_cached_tokens)}) cache-creation {count(obs.cache_creation_input_tokens)} output {count(obs.output_tokens)}"
+    money = decided.economics
+    if money is not None:
+        facts.append(
+            Fact(
+                "economics",
+                f"carrying {usd(money.carry_usd)} USD over {money.horizon_turns} turns against "
+                f"compacting {usd(money.compact_usd)} USD: "
+                + ("pays" if money.pays else "does not pay"),
             )
-    lines += [f"note: {shown(n)}" for n in _uncertainty(view)]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- HTML
-
-_STYLE = """
-.window{display:flex;width:100%;height:1.6rem;border:1px solid #999;margin:.8rem 0}
-.window .seg{min-width:4px;border-right:1px solid #fff}
-#budget{width:100%;max-width:44rem}#budget td:first-child{white-space:nowrap}
-td.barcell{width:40%;min-width:3rem}
-.bar{display:block;height:.8rem;min-width:0}
-tr.selected td:nth-child(2){color:#1a7f37}tr.projected td:nth-child(2){color:#9a6700}
-tr.omitted td:nth-child(2){color:#cf222e}
-.miss{color:#cf222e;font-weight:600}
-"""
-
-
-def _bar_share(tokens: int, capacity: int) -> str:
-    """A table bar's width: its share of the bar column, at least 1% when not zero (so that a
-    part of a few tokens stays visible)."""
-    if tokens <= 0 or capacity <= 0:
-        return "0%"
-    return f"{max(1.0, 100 * tokens / capacity):.1f}%"
-
-
-def _fact_html(fact: Fact) -> str:
-    items = "".join(f"<li>{e(item)}</li>" for item in fact.items)
-    body = e(fact.text)
-    if fact.link is not None:
-        shown_id = shown(fact.link)
-        href = f"../{quote(fact.link, safe='')}/breakdown"
-        body = f'<a class=id href="{href}">{e(shown_id)}</a>{e(fact.text[len(shown_id) :])}'
-    body += f"<ul>{items}</ul>" if items else ""
-    cls = " class=miss" if fact.name == "miss" else ""
-    return f"<dt>{e(fact.name)}</dt><dd{cls}>{body}</dd>"
-
-
-def render_html(data: Breakdown) -> str:
-    """A self-contained HTML page (no scripts, no external resources), readable from 360 px
-    wide (``pages``)."""
-    view = data.view
-    b = view.budget
-    window = parts(b, data.legacy_views)
-    # The window as one stacked bar: each part's width is its share of the capacity, but a part
-    # of a few tokens keeps a minimum visible width (CSS min-width); empty parts are left out.
-    segments = "".join(
-        f'<span class=seg style="flex:{p.tokens} 1 0;background:{p.colour}" '
-        f'title="{e(p.label)}: {p.tokens} tokens, {_share(p.tokens, b.capacity)}"></span>'
-        for p in window
-    )
-    budget_rows = "".join(
-        f'<tr><td><span class=sw style="background:{p.colour}"></span>{e(p.label)}</td>'
-        f"<td class=n>{p.tokens}</td><td class=n>{_share(p.tokens, b.capacity)}</td>"
-        f'<td class=barcell><span class=bar style="width:{_bar_share(p.tokens, b.capacity)};'
-        f'background:{p.colour}"></span></td></tr>'
-        for p in window
-    )
-    budget_rows += (
-        f"<tr class=sum><td>capacity</td><td class=n>{b.capacity}</td><td class=n>100%</td>"
-        "<td></td></tr>"
-    )
-    block_rows = "".join(
-        f"<tr class={e(x.status)}>"
-        + cell("block", f"<span class=id>{e(x.source)}/{e(x.id)}</span>")
-        + cell("status", e(x.status))
-        + cell("reason", e(x.reason))
-        + cell("tokens", str(x.tokens), "n")
-        + cell("full", str(x.full_tokens), "n")
-        + cell("projection", "" if x.projection_tokens is None else str(x.projection_tokens), "n")
-        + cell("priority", str(x.priority), "n")
-        + cell("protected", "yes" if x.protected else "")
-        + cell("depends on", ", ".join(e(d) for d in x.dependencies))
-        + "</tr>"
-        for x in view.selection.blocks
-    )
-    if view.selection.blocks:
-        block_rows += (
-            "<tr class=sum>"
-            + cell("block", "entered blocks")
-            + "<td></td><td></td>"
-            + cell("tokens", str(entered_tokens(view)), "n")
-            + "<td></td>" * 5
-            + "</tr>"
         )
-    source_rows = "".join(
-        "<tr>"
-        + cell("source", e(s.source))
-        + cell("kind", e(s.kind))
-        + cell("status", e(s.status))
-        + cell("ms", f"{s.duration_ms:.1f}", "n")
-        + cell("blocks", str(s.block_count), "n")
-        + cell("cause", "" if s.failure is None else e(failure_words(s.failure)))
-        + "</tr>"
-        for s in view.selection.sources
-    )
-    acc = view.accounting
-    acc_rows = "".join(
-        f"<tr>{cell('report', name)}"
-        + (
-            '<td data-label="call" colspan=7>no usage report</td>'
-            if obs is None
-            else cell("call", f"{e(obs.provider)}/{e(obs.call)}")
-            + cell("provider input", count(obs.provider_input_tokens), "n")
-            + cell("delta", count(obs.input_token_delta), "n")
-            + cell("cached", count(obs.cached_input_tokens), "n")
-            + cell("expected cached", count(obs.expected_cached_tokens), "n")
-            + cell("cache creation", count(obs.cache_creation_input_tokens), "n")
-            + cell("output", count(obs.output_tokens), "n")
+    if decided.native is not None:
+        beta = (
+            ""
+            if decided.native.beta is None
+            else f" (header anthropic-beta: {decided.native.beta})"
         )
-        + "</tr>"
-        for name, obs in (("last", acc.last), ("auxiliary", acc.auxiliary))
-    )
-    notes = "".join(f"<p class=note>{e(n)}</p>" for n in _uncertainty(view))
-    facts = "".join(_fact_html(f) for f in cache_facts(data))
-    blocks = (
-        "<div class=scroll><table id=blocks class=cards><tr><th>block</th><th>status</th>"
-        "<th>reason</th><th class=n>tokens</th><th class=n>full</th><th class=n>projection</th>"
-        "<th class=n>priority</th><th>protected</th><th>depends on</th></tr>"
-        f"{block_rows}</table></div>"
-        if view.selection.blocks
-        else "<p>No block: no source offered any.</p>"
-    )
-    sources = (
-        "<div class=scroll><table id=sources class=cards><tr><th>source</th><th>kind</th>"
-        "<th>status</th><th class=n>ms</th><th class=n>blocks</th><th>cause</th></tr>"
-        f"{source_rows}</table></div>"
-        if view.selection.sources
-        else "<p>No source in this request.</p>"
-    )
-    created = data.turn.created_at
-    age = "" if created is None else f" · prepared {e(created)}"
-    since = data.turn.seconds_since_previous
-    after = "" if since is None else f", {duration(since)} after the previous turn"
-    body = f"""<h1>Preparation <span class=id>{e(view.preparation_id)}</span></h1>
-<p>model <b>{e(view.model)}</b> · render {e(view.render)} · layout {e(view.layout)} ·
-attempt {view.attempt}{age} · capacity <b id=capacity>{b.capacity}</b> ({e(b.capacity_source)}) ·
-total input <b id=total>{b.total_input_tokens}</b> · remaining <b id=remaining>{b.remaining_tokens}</b></p>
-{notes}
-<h2>Budget</h2><div class=window id=window>{segments}</div>
-<div class=scroll><table id=budget><tr><th>part of the window</th><th class=n>tokens</th>
-<th class=n>share</th><th></th></tr>{budget_rows}</table></div>
-<p id=remaining-words>{e(remaining_words(view))}</p>
-<p id=data-words>{e(data_words(view))}</p>
-<h2 id=cache>Cache</h2>
-<dl class=facts id=cache-facts>{facts}</dl>
-<p><a id=timeline href="timeline">Timeline of this conversation</a>{e(_turn_label(data))}{after}</p>
-<h2>Blocks</h2>{blocks}
-<h2>Sources</h2>{sources}
-<h2>Hashes and accounting</h2>
-<p>prefix <code>{e(view.prefix_hash)}</code> ({view.prefix_tokens} tokens)<br>
-input <code>{e(view.input_hash)}</code><br>estimated input tokens {acc.estimated_input_tokens}</p>
-<div class=scroll><table id=accounting class=cards><tr><th></th><th>call</th><th class=n>provider input</th>
-<th class=n>delta</th><th class=n>cached</th><th class=n>expected cached</th>
-<th class=n>cache creation</th><th class=n>output</th></tr>{acc_rows}</table></div>"""
-    return page(f"Breakdown {view.preparation_id}", _STYLE, body)
+        facts.append(
+            Fact("native", f"the provider compacts at {decided.native.threshold_tokens}{beta}")
+        )
+    if decided.cleared_calls:
+        facts.append(
+            Fact(
+                "cleared",
+                f"{len(decided.cleared_calls)} tool results sent cleared, "
+                f"{decided.cleared_tokens} tokens removed this turn",
+                items=tuple(shown(call) for call in decided.cleared_calls),
+            )
+        )
+    if decided.folded_messages:
+        facts.append(Fact("folded", f"{decided.folded_messages} history messages into a summary"))
+    if decided.provider_item_dropped_messages:
+        facts.append(
+            Fact(
+                "provider item",
+                f"{decided.provider_item_dropped_messages} history messages before the "
+                "provider's compaction item left out",
+            )
+        )
+    return facts

@@ -87,6 +87,14 @@ def count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def usd(value: float | None) -> str:
+    """A cost in USD as exactly as it is kept (to 1e-9), without trailing zeros: ``0.063312``,
+    ``0``; "-" when there is none."""
+    if value is None:
+        return "-"
+    return f"{value:.9f}".rstrip("0").rstrip(".")
+
+
 def duration(seconds: float) -> str:
     """A span of time in words a reader takes in at once: ``45 s``, ``5 min 10 s``,
     ``12 min``, ``1 h 5 min``."""

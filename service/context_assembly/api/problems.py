@@ -1,17 +1,21 @@
-"""The one place where errors become RFC 9457 ``application/problem+json`` responses."""
+"""The one place where errors become RFC 9457 ``application/problem+json`` responses, and
+where the OpenAPI document names their codes (``ProblemCode``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import WithJsonSchema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from typing_extensions import TypeAliasType
 
 from context_assembly.errors import (
+    PROBLEM_KINDS,
     InvalidError,
     MethodNotAllowedError,
     NotFoundError,
@@ -24,6 +28,25 @@ from context_assembly.validation import invalid_from_errors
 
 PROBLEM_JSON = "application/problem+json"
 log = structlog.get_logger("context_assembly.api")
+
+
+def problem_code_schema() -> dict[str, Any]:
+    """The JSON schema of ``ProblemCode``: the code of each error class
+    (``errors.PROBLEM_KINDS``), in the order of the hierarchy, each with its status and title."""
+    listed = "\n".join(f"- `{kind.code}` ({kind.status}): {kind.title}." for kind in PROBLEM_KINDS)
+    return {
+        "type": "string",
+        "enum": [kind.code for kind in PROBLEM_KINDS],
+        "description": "What kind of problem it is: one code per error of the service. The "
+        "clients raise one error class per code (a code they do not know, from a newer "
+        "service, by the HTTP status).\n\n" + listed,
+    }
+
+
+ProblemCode = TypeAliasType("ProblemCode", Annotated[str, WithJsonSchema(problem_code_schema())])
+"""A problem's ``code``: a string, which the OpenAPI document enumerates under this name, from
+the service's error classes; the clients' error classes are generated from it or checked
+against it (tests/clients)."""
 
 
 class InternalError(ServiceError):

@@ -5,13 +5,18 @@ turns that missed the cache, by kind), with links to older and newer pages.
 HTML for browsers (``Accept: text/html``), plain text otherwise (JSON is the route's, from the
 ``Timeline`` model). Ids, figures and names only: the records hold no text to show.
 
-The chart is an inline SVG as wide as the page at any width: the bars are drawn in a plot whose
+Under it a second chart shows what each turn cost in USD (the part its cache miss cost in the
+miss's colour) on a scale at the left, and the running total of the page's turns as a line on a
+scale of its own at the right.
+
+The charts are inline SVGs as wide as the page at any width: the bars are drawn in a plot whose
 ``viewBox`` counts turns across and tokens up, stretched to the page's width
 (``preserveAspectRatio="none"``); the scale, the turn numbers and the miss marks are drawn
 around it in CSS pixels and percentages of the width, so that their text keeps its size on a
 phone and on a wide screen. The scale's labels stand in a left margin as wide as the widest of
 them (the ``--scale`` width the stylesheet moves the SVG right by), right-aligned against the
-axis, so that no label covers a bar.
+axis, so that no label covers a bar; the cost chart's running total has its labels in a right
+margin (``--right``) the same way.
 """
 
 from __future__ import annotations
@@ -108,6 +113,38 @@ def dollars(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def running_totals(turns: list[TimelineTurn]) -> list[float]:
+    """What the page's turns cost up to and including each one (a turn without a cost adds
+    nothing)."""
+    totals, total = [], 0.0
+    for turn in turns:
+        total += turn.cost or 0.0
+        totals.append(round(total, 9))
+    return totals
+
+
+def _cost_words(timeline: Timeline) -> str | None:
+    """The page's total, and what its misses cost, in a sentence (``None``: no cost known)."""
+    if timeline.cost is None:
+        return None
+    said = f"These turns cost {dollars(timeline.cost)} USD"
+    if timeline.miss_cost:
+        said += (
+            f", of which {dollars(timeline.miss_cost)} USD is what their cache misses cost "
+            "over reading the same tokens from the cache"
+        )
+    return said + "."
+
+
+def compaction_words(turn: TimelineTurn) -> str:
+    """A turn's compaction decision in a few words: ``none (under_trigger)``; ``-`` when the
+    turn recorded none."""
+    decided = turn.compaction
+    if decided is None:
+        return "-"
+    return decided.decision if decided.reason is None else f"{decided.decision} ({decided.reason})"
+
+
 def why(turn: TimelineTurn) -> str:
     """A turn's cache story in a sentence (the chart's tooltips)."""
     said = f"expected {count(turn.expected_cached_tokens)} cached: {expected_words(turn)}"
@@ -125,7 +162,8 @@ def render_text(timeline: Timeline, before: int | None = None) -> str:
     lines = [
         f"timeline of {shown(timeline.preparation_id)}: {_range(timeline)}, oldest first",
         f"{'turn':>4}  {'preparation':<30} {'input':>8} {'kept':>4} {'cacheable':>9} "
-        f"{'expected':>8} {'reported':>8} {'cost USD':>10}  {'miss':<22} first change",
+        f"{'expected':>8} {'reported':>8} {'cost USD':>10} {'miss USD':>10}  "
+        f"{'compaction':<18} {'miss':<22} first change",
     ]
     for turn in timeline.turns:
         miss = "-" if turn.miss is None else MISS_WORDS[turn.miss]
@@ -133,10 +171,13 @@ def render_text(timeline: Timeline, before: int | None = None) -> str:
             f"{_label(turn):>4}  {shown(turn.preparation_id):<30} {turn.total_input_tokens:>8} "
             f"{_kept(turn.prefix_kept):>4} {count(turn.cacheable_tokens):>9} "
             f"{count(turn.expected_cached_tokens):>8} {count(turn.cached_input_tokens):>8} "
-            f"{dollars(turn.cost):>10}  {miss:<22} {change_words(turn.first_change)}"
+            f"{dollars(turn.cost):>10} {dollars(turn.miss_cost):>10}  "
+            f"{compaction_words(turn):<18} {miss:<22} {change_words(turn.first_change)}"
         )
     if timeline.cost is not None:
         lines.append(f"cost of these turns: {dollars(timeline.cost)} USD")
+    if timeline.miss_cost is not None:
+        lines.append(f"cost of their cache misses: {dollars(timeline.miss_cost)} USD")
     if timeline.older_before is not None:
         lines.append(f"older turns: {path}?before={timeline.older_before}")
     newer = newer_before(timeline, before)
@@ -214,6 +255,20 @@ def _end_label(index: int, last: int, number: int) -> bool:
     return False
 
 
+def _number(turns: list[TimelineTurn], index: int, slots: int, y: int, cls: str) -> str:
+    """The turn number under the turn ``index`` of a chart, of class ``cls`` (``minor`` too
+    when only a wide page shows it; nothing when no page does): see ``chart_svg``."""
+    turn = turns[index]
+    number = turn.turn if turn.turn is not None else index + 1
+    major = len(turns) <= 12 or number % 5 == 0 or _end_label(index, len(turns) - 1, number)
+    if not major and len(turns) > 30:
+        return ""
+    return (
+        f'<text x="{_x(index + 0.5, slots)}" y="{y}" text-anchor="middle" '
+        f'class="{cls if major else cls + " minor"}">{_label(turn)}</text>'
+    )
+
+
 def chart_svg(turns: list[TimelineTurn]) -> str:
     """Grouped bars per turn (total input, expected and reported cached tokens, on one token
     scale), a band behind each turn that missed the cache and its mark under the turn number,
@@ -245,7 +300,6 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
         over.append(_scale_text(str(tick), y, "scale"))
     over.append(_scale_text(UNIT, _TOP - 13, "unit"))
     plot: list[str] = []  # in turn slots across, tokens up
-    last = len(turns) - 1
     for index, turn in enumerate(turns):
         left = index * _SLOT
         label = _label(turn)
@@ -264,14 +318,7 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
                 f"<title>turn {label}: {series.label} {value}</title></rect>"
             )
         centre = _x(index + 0.5, slots)
-        number = turn.turn if turn.turn is not None else index + 1
-        major = len(turns) <= 12 or number % 5 == 0 or _end_label(index, last, number)
-        if major or len(turns) <= 30:
-            cls = "number" if major else "number minor"
-            over.append(
-                f'<text x="{centre}" y="{_NUMBERS_Y}" text-anchor="middle" class="{cls}">'
-                f"{label}</text>"
-            )
+        over.append(_number(turns, index, slots, _NUMBERS_Y, "number"))
         if turn.miss is not None:
             title = f"turn {label}: {MISS_WORDS[turn.miss]}"
             if turn.miss == "prefix_changed":
@@ -295,11 +342,123 @@ def chart_svg(turns: list[TimelineTurn]) -> str:
     )
 
 
+_MICRO: Final = 1_000_000  # the cost scale counts in millionths of a dollar
+_COST_PLOT: Final = 1000  # plot units from the cost chart's bottom to its top
+COST_COLOUR: Final = "#6e7781"
+TOTAL_COLOUR: Final = "#0a58ca"
+COST_UNIT: Final = "USD"
+TOTAL_UNIT: Final = "USD so far"
+
+
+def usd_scale(peak: float) -> tuple[list[int], int]:
+    """The ticks and the top of a USD scale, in millionths of a dollar (``scale``)."""
+    step, top = scale(math.ceil(peak * _MICRO))
+    return list(range(step, top + 1, step)), top
+
+
+def usd_label(micro: int) -> str:
+    """A tick of a USD scale (in millionths) in as few decimals as it needs: ``0.025``."""
+    return f"{micro / _MICRO:.6f}".rstrip("0").rstrip(".")
+
+
+def _right_text(text: str, y: float, cls: str) -> str:
+    """A label of the running total's scale: left-aligned ``_GAP`` pixels right of the plot."""
+    return (
+        f'<text x="100%" dx="{_GAP}" y="{y:.1f}" text-anchor="start" '
+        f'dominant-baseline="middle" class="{cls}">{text}</text>'
+    )
+
+
+def cost_svg(turns: list[TimelineTurn]) -> str:
+    """What each turn cost: a bar of its cost (USD, the scale at the left), its miss_cost the
+    bar's top part in the miss's colour, and the running total of the page's turns as a line
+    with a point per turn (the scale at the right). A turn without a cost draws no bar."""
+    slots = max(len(turns), _MIN_SLOTS)
+    peak = max([0.0] + [turn.cost for turn in turns if turn.cost is not None])
+    totals = running_totals(turns)
+    ticks, top = usd_scale(peak)
+    total_ticks, total_top = usd_scale(max([0.0, *totals]))
+    under: list[str] = []
+    over = [
+        f'<line x1="0" x2="100%" y1="{_TOP + _PLOT}" y2="{_TOP + _PLOT}" class="axis"/>',
+        f'<line x1="0.5" x2="0.5" y1="{_TOP}" y2="{_TOP + _PLOT}" class="axis"/>',
+        f'<line x1="100%" x2="100%" y1="{_TOP}" y2="{_TOP + _PLOT}" class="axis"/>',
+    ]
+    labels, right = [COST_UNIT], [TOTAL_UNIT]
+    for tick in ticks:
+        y = _TOP + _PLOT * (1 - tick / top)
+        labels.append(usd_label(tick))
+        under.append(f'<line x1="0" x2="100%" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        over.append(_scale_text(usd_label(tick), y, "cost-scale"))
+    over.append(_scale_text(COST_UNIT, _TOP - 13, "cost-unit"))
+    for tick in total_ticks:
+        y = _TOP + _PLOT * (1 - tick / total_top)
+        right.append(usd_label(tick))
+        over.append(_right_text(usd_label(tick), y, "total-scale"))
+    over.append(_right_text(TOTAL_UNIT, _TOP - 13, "total-unit"))
+    plot: list[str] = []
+    line: list[str] = []  # the running total: segments in CSS units, so the stroke keeps its width
+    previous: tuple[str, str] | None = None
+    for index, turn in enumerate(turns):
+        label = _label(turn)
+        left = index * _SLOT + 1
+        over.append(_number(turns, index, slots, _NUMBERS_Y, "cost-number"))
+        if turn.cost is not None and turn.cost > 0:
+            height = _COST_PLOT * turn.cost * _MICRO / top
+            plot.append(
+                f'<rect x="{left}" y="{_COST_PLOT - height:.3f}" width="2" '
+                f'height="{height:.3f}" fill="{COST_COLOUR}" class="cost-bar">'
+                f"<title>turn {label}: cost {dollars(turn.cost)} USD</title></rect>"
+            )
+            missed = min(turn.miss_cost or 0.0, turn.cost)
+            if missed > 0 and turn.miss is not None:
+                part = _COST_PLOT * missed * _MICRO / top
+                plot.append(
+                    f'<rect x="{left}" y="{_COST_PLOT - height:.3f}" width="2" '
+                    f'height="{part:.3f}" fill="{MISS_COLOUR[turn.miss]}" '
+                    f'class="miss-part {turn.miss}"><title>turn {label}: the miss cost '
+                    f"{dollars(missed)} USD</title></rect>"
+                )
+        point = (
+            _x(index + 0.5, slots),
+            f"{_TOP + _PLOT * (1 - totals[index] / total_top * _MICRO):.1f}",
+        )
+        if previous is not None:
+            line.append(
+                f'<line x1="{previous[0]}" y1="{previous[1]}" x2="{point[0]}" y2="{point[1]}" '
+                f'stroke="{TOTAL_COLOUR}" stroke-width="2" class="total"/>'
+            )
+        line.append(
+            f'<circle cx="{point[0]}" cy="{point[1]}" r="3" fill="{TOTAL_COLOUR}" '
+            f'class="total-point"><title>after turn {label}: {dollars(totals[index])} USD so '
+            "far</title></circle>"
+        )
+        previous = point
+    inner = (
+        f'<svg x="0" y="{_TOP}" width="100%" height="{_PLOT}" '
+        f'viewBox="0 0 {slots * _SLOT} {_COST_PLOT}" preserveAspectRatio="none">'
+        + "".join(plot)
+        + "</svg>"
+    )
+    return (
+        f'<svg id="cost-chart" class="chart cost" style="--scale:{label_margin(labels)}px;'
+        f'--right:{label_margin(right)}px" xmlns="http://www.w3.org/2000/svg" width="100%" '
+        f'height="{_NUMBERS_Y + 6}" role="img" aria-label="Cost per turn in USD, the part '
+        f'its cache miss cost marked, and the running total of these turns">'
+        + "".join(under)
+        + inner
+        + "".join(over)
+        + "".join(line)
+        + "</svg>"
+    )
+
+
 # --------------------------------------------------------------------------- HTML
 
 _STYLE = """
 svg.chart{display:block;width:calc(100% - var(--scale));max-width:100%;overflow:visible;
 margin:.4rem 0 1rem var(--scale)}
+svg.chart.cost{width:calc(100% - var(--scale) - var(--right))}
 svg.chart .grid{stroke:#e3e3e3}svg.chart .axis{stroke:#666}
 svg.chart text{font:11px system-ui,sans-serif;fill:#555}
 .legend{display:flex;flex-wrap:wrap;gap:.3rem 1.2rem;margin:.4rem 0}
@@ -335,25 +494,70 @@ def _row(turn: TimelineTurn, models: bool) -> str:
         cell("expected cached", count(turn.expected_cached_tokens), "n"),
         cell("reported cached", count(turn.cached_input_tokens), "n"),
         cell("cost (USD)", dollars(turn.cost), "n"),
+        cell("miss cost (USD)", dollars(turn.miss_cost), "n"),
+        cell("compaction", e(compaction_words(turn))),
         cell("miss", miss),
     ]
     cls = "" if turn.miss is None else f' class="{turn.miss}"'
     return f"<tr{cls}>{''.join(cells)}</tr>"
 
 
+def _cost_section(timeline: Timeline) -> str:
+    """The page's total, its legend and the cost chart; nothing when no turn has a cost."""
+    words = _cost_words(timeline)
+    if words is None:
+        return ""
+    legend = (
+        f'<span><span class=sw style="background:{COST_COLOUR}"></span>cost of the turn</span>'
+        + "".join(
+            f'<span><span class=sw style="background:{MISS_COLOUR[kind]}"></span>'
+            f"of which the miss ({e(MISS_WORDS[kind])})</span>"
+            for kind in MISS_WORDS
+        )
+        + f'<span><span class=sw style="background:{TOTAL_COLOUR}"></span>running total '
+        "(right scale)</span>"
+    )
+    return f"<p id=cost>{e(words)}</p><div class=legend id=cost-legend>{legend}</div>" + cost_svg(
+        timeline.turns
+    )
+
+
 def render_html(timeline: Timeline, before: int | None = None) -> str:
     """A self-contained HTML page (no scripts, no external resources), readable from 360 px
-    wide (``pages``)."""
+    wide (``pages``): the heading, the page links, the legend and the charts, the table of
+    turns and what each kind of miss means."""
     names = sorted({turn.model for turn in timeline.turns})
     models = len(names) > 1
-    rows = "".join(_row(turn, models) for turn in timeline.turns)
-    legend = "".join(
+    nav = _pages_nav(timeline, before)
+    model = "" if models or not names else f" Model {e(names[0])}."
+    body = f"""<h1>Timeline of <span class=id>{e(timeline.preparation_id)}</span></h1>
+<p>{e(_range(timeline))} of this conversation, oldest first (at most {TIMELINE_TURNS} a page).{model}
+Each turn is compared with the one before it; a turn is marked when it read less from the
+provider's cache than it could have.</p>
+{nav}
+<div class=legend id=legend>{_legend()}</div>
+{chart_svg(timeline.turns)}
+{_cost_section(timeline)}
+<div class=scroll><table id=turns class=cards><tr>{_heading(models)}</tr>{"".join(_row(turn, models) for turn in timeline.turns)}</table></div>
+<ul id=misses>{_miss_meanings()}</ul>
+{nav}"""
+    return page(f"Timeline {timeline.preparation_id}", _STYLE, body)
+
+
+def _legend() -> str:
+    """The chart's legend: a swatch of each series, then the mark of each kind of miss."""
+    return "".join(
         f'<span><span class=sw style="background:{s.colour}"></span>{e(s.label)}</span>'
         for s in SERIES
     ) + "".join(
         f'<span title="{e(MISS_MEANING[kind])}">{_mark_icon(kind)}{e(words)}</span>'
         for kind, words in MISS_WORDS.items()
     )
+
+
+def _pages_nav(timeline: Timeline, before: int | None) -> str:
+    """The links to the older, the newer and the newest turns (nothing on a page that is all
+    of the conversation)."""
     links = []
     if timeline.older_before is not None:
         links.append(f'<a id=older href="timeline?before={timeline.older_before}">older turns</a>')
@@ -362,13 +566,20 @@ def render_html(timeline: Timeline, before: int | None = None) -> str:
         links.append(f'<a id=newer href="timeline?before={newer}">newer turns</a>')
     if before is not None:
         links.append('<a id=newest href="timeline">newest turns</a>')
-    nav = f"<nav class=pages>{''.join(links)}</nav>" if links else ""
-    meanings = "".join(
+    return f"<nav class=pages>{''.join(links)}</nav>" if links else ""
+
+
+def _miss_meanings() -> str:
+    """What each kind of miss means, by its mark."""
+    return "".join(
         f"<li>{_mark_icon(kind)}<b>{e(MISS_WORDS[kind])}</b>: {e(meaning)}</li>"
         for kind, meaning in MISS_MEANING.items()
     )
-    model = "" if models or not names else f" Model {e(names[0])}."
-    heading = "".join(
+
+
+def _heading(models: bool) -> str:
+    """The table's heading; the model's column only when the page's turns differ in model."""
+    return "".join(
         f"<th{' class=n' if numeric else ''}>{label}</th>"
         for label, numeric, shown_ in (
             ("turn", True, True),
@@ -380,19 +591,9 @@ def render_html(timeline: Timeline, before: int | None = None) -> str:
             ("expected cached", True, True),
             ("reported cached", True, True),
             ("cost (USD)", True, True),
+            ("miss cost (USD)", True, True),
+            ("compaction", False, True),
             ("miss, first change", False, True),
         )
         if shown_
     )
-    body = f"""<h1>Timeline of <span class=id>{e(timeline.preparation_id)}</span></h1>
-<p>{e(_range(timeline))} of this conversation, oldest first (at most {TIMELINE_TURNS} a page).{model}
-Each turn is compared with the one before it; a turn is marked when it read less from the
-provider's cache than it could have.</p>
-{nav}
-<div class=legend id=legend>{legend}</div>
-{chart_svg(timeline.turns)}
-{"" if timeline.cost is None else f"<p id=cost>These turns cost {dollars(timeline.cost)} USD.</p>"}
-<div class=scroll><table id=turns class=cards><tr>{heading}</tr>{rows}</table></div>
-<ul id=misses>{meanings}</ul>
-{nav}"""
-    return page(f"Timeline {timeline.preparation_id}", _STYLE, body)

@@ -8,11 +8,7 @@ shared :class:`ContributorClient` from :func:`create_client`, and hands the outc
 
 from context_assembly.contributors.calls import (
     TIMEOUT_HEADER,
-    ContributorAnswer,
-    ContributorOutcome,
     ContributorTarget,
-    PacketFields,
-    Status,
     contribute_all,
     query_revision,
     raise_for_failures,
@@ -22,6 +18,8 @@ from context_assembly.contributors.client import (
     PinnedResolver,
     create_client,
 )
+from context_assembly.contributors.outcomes import ContributorOutcome, PacketFields, Status
+from context_assembly.contributors.packets import ContributorAnswer
 from context_assembly.contributors.signing import sign_headers, validate_secret, webhook_id
 from context_assembly.contributors.ssrf import (
     CheckedTarget,

@@ -7,14 +7,11 @@ cancelled, its connection closed, and its outcome settled as ``timeout``; an out
 is never replaced, so an answer that arrives later has nothing left to change. The calls go
 through :class:`~.client.ContributorClient` (aiohttp; pinning, caps and pool rules are there).
 
-Outcome statuses (the manifest's source statuses): ``ok``; ``timeout`` (the deadline, or a ``504``
-from the contributor); ``error`` (connect failure, reset, non-2xx, redirect, which is never followed);
-``invalid`` (not JSON, not ``{revision, blocks}``, a non-JSON content type or a compressed body);
-``too_large`` (``Content-Length`` or the streamed body over the cap); ``skipped_deadline`` (no
-time left to send). A failure is also classified once, where it is seen, as a
+The outcome of a call and its statuses are ``outcomes.py``'s. A failure is also classified once, where it is seen, as a
 :class:`~context_assembly.core.sources.SourceFailure`: a cause's name (``connect_refused``,
 ``timeout``, ``http_status`` with the status, ``invalid_answer`` with the path of the field...)
-and the same in words (the outcome's ``cause``), which never quote the body. An exception of the
+and the same in words (the outcome's ``cause``), which never quote the body (``failures.py``
+for transport exceptions and invalid answers). An exception of the
 service's own code settles the call as ``error`` too (cause ``internal_error``, in words
 ``unexpected <type>``), and is logged and counted as the bug it is (:func:`_report_bug`).
 """
@@ -23,20 +20,28 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-import ssl
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import aiohttp
 import orjson
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ValidationError
 
-from context_assembly.contributors.client import ContributorClient, PinRefusedError
+from context_assembly.contributors.client import ContributorClient
+from context_assembly.contributors.failures import classify, schema_failure
+from context_assembly.contributors.mcp import McpEndpoint
+from context_assembly.contributors.outcomes import (
+    MIN_SEND_SECONDS,
+    SKIPPED_FAILURE,
+    ContributorOutcome,
+    PacketFields,
+    Status,
+)
+from context_assembly.contributors.packets import ContributorAnswer, RevisionAnswer
 from context_assembly.contributors.signing import (
     CallType,
     sign_headers,
@@ -44,39 +49,20 @@ from context_assembly.contributors.signing import (
     webhook_id,
 )
 from context_assembly.contributors.ssrf import CheckedTarget
-from context_assembly.core.request import (
-    Block,
-    Frozen,
-    Message,
-    Revision,
-    Scope,
-    finite_revision,
-)
+from context_assembly.core.request import Revision, Scope
 from context_assembly.core.sources import SourceFailure
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
 from context_assembly.metrics import InternalErrorSite, count_internal_error
-
-if TYPE_CHECKING:  # mcp.py imports this module; it is only named in annotations here
-    from context_assembly.contributors.mcp import McpEndpoint
-    from context_assembly.contributors.mcp_mapping import Skipped
 
 TIMEOUT_HEADER = "X-Contributor-Timeout-Ms"
 """Remaining budget in integer milliseconds at send time (like Envoy's
 ``x-envoy-expected-rq-timeout-ms`` and Connect's ``Connect-Timeout-Ms``): relative, so
 contributors need no synchronised clock."""
 
-# ``rejected``: an inline URL refused or not resolved under ``omit`` (preparations/targets.py, ``Contributors._call_inline``).
-Status = Literal["ok", "timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"]
 FailurePolicy = Literal["fail", "omit"]
 TargetKind = Literal["registered", "inline"]
 
-# A call with less time than this left before the deadline is not sent: ``skipped_deadline``.
-MIN_SEND_SECONDS = 0.001
-SKIPPED_CAUSE = "no time left before the deadline"
-SKIPPED_FAILURE = SourceFailure("no_time_left", SKIPPED_CAUSE)
-
 _DEADLINE_STATUSES = frozenset({"timeout", "skipped_deadline"})
-_UNION_TAGS = frozenset({"str", "int", "float"})  # pydantic's location tags for Revision's members
 
 log = structlog.get_logger("context_assembly.contributors")
 
@@ -107,78 +93,11 @@ class ContributorTarget:
             validate_secret(self.secret)
 
 
-@dataclass(frozen=True, slots=True)
-class ContributorOutcome:
-    """What one contributor call produced; a settled value that nothing changes afterwards."""
-
-    source: str
-    status: Status
-    duration_ms: float
-    revision: Revision | None = None
-    blocks: tuple[Block, ...] = ()
-    cause: str | None = None
-    # Items of an MCP answer that did not become blocks (binary contents), with the reason.
-    skipped: tuple[Skipped, ...] = ()
-    # The failure classified (``cause`` is its ``detail``); ``None`` for an ``ok`` outcome.
-    failure: SourceFailure | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the contributor answered in time with a valid ``{revision, blocks}``."""
-        return self.status == "ok"
-
-    @classmethod
-    def failed(
-        cls, source: str, status: Status, duration_ms: float, failure: SourceFailure
-    ) -> ContributorOutcome:
-        """A failed call's outcome: its status, and ``failure`` with its words as the cause."""
-        return cls(source, status, duration_ms, cause=failure.detail, failure=failure)
-
-
-@dataclass(frozen=True, slots=True)
-class PacketFields:
-    """The parts of a ``contribute`` packet shared by every source of one preparation.
-
-    ``source_token_limits`` maps a source to its ``source_token_limit`` (``null`` when absent);
-    ``attempt`` is 1 for prepare and 2 for refresh (it keys the stable ``webhook-id``).
-    """
-
-    preparation_id: str
-    model: str
-    input: Sequence[Message]
-    data_budget_tokens: int
-    scope: Scope
-    deadline_unix_ms: int
-    source_token_limits: Mapping[str, int] = field(default_factory=dict)
-    attempt: int = 1
-
-
-class ContributorAnswer(Frozen):
-    """A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
-    them (the request-wide block rules of docs/contract.md, "Block rules", run later, over every source, in the core).
-    """
-
-    revision: Revision
-    blocks: list[Block]
-
-    _revision_finite = field_validator("revision")(finite_revision)
-
-
-class RevisionAnswer(BaseModel):
-    """The answer to a ``revision`` packet: ``{revision}`` (other members are ignored, so a
-    contributor may answer both packet types with the same body)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    revision: Revision
-
-    _revision_finite = field_validator("revision")(finite_revision)
-
-
 # --------------------------------------------------------------------------- one exchange
 
 
 @dataclass(frozen=True, slots=True)
-class _Exchange:
+class Exchange:
     status: Status
     duration_ms: float
     body: bytes | None = None
@@ -193,47 +112,6 @@ class _Failure(Exception):
         self.status = status
         self.failure = failure
         self.cause = failure.detail
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-def _classify(exc: BaseException) -> tuple[Status, SourceFailure]:
-    """Status and failure of a transport exception, judged by the exceptions in its chain."""
-    chain = _chain(exc)
-
-    def has(*types: type[BaseException]) -> bool:
-        return any(isinstance(e, types) for e in chain)
-
-    if has(ConnectionRefusedError):
-        return "error", SourceFailure("connect_refused", "connect refused")
-    if has(aiohttp.ClientConnectorCertificateError, ssl.SSLCertVerificationError):
-        return "error", SourceFailure("tls_certificate", "TLS certificate verification failed")
-    if has(aiohttp.ClientSSLError, ssl.SSLError):
-        return "error", SourceFailure("tls", "TLS error")
-    if has(aiohttp.ClientConnectorDNSError, socket.gaierror):
-        return "error", SourceFailure("name_resolution", "name resolution failed")
-    if has(ConnectionResetError):
-        return "error", SourceFailure("connection_reset", "connection reset")
-    if has(aiohttp.ServerDisconnectedError):
-        return "error", SourceFailure("connection_closed", "server closed the connection")
-    if has(aiohttp.ClientPayloadError):
-        return "error", SourceFailure(
-            "connection_closed", "connection closed before the body was complete"
-        )
-    if has(aiohttp.ClientResponseError):
-        return "error", SourceFailure("protocol_error", "HTTP protocol error")
-    if has(aiohttp.ClientConnectorError):
-        return "error", SourceFailure("connect_failed", "connect failed")
-    if has(PinRefusedError):
-        return "error", SourceFailure("transport_refused", "request refused by the transport")
-    return "error", SourceFailure("transport_error", f"transport error ({type(exc).__name__})")
 
 
 def _check_head(code: int, headers: Mapping[str, str], max_bytes: int) -> None:
@@ -297,7 +175,7 @@ def _call_headers(
     }
 
 
-async def _exchange(
+async def exchange(
     client: ContributorClient,
     target: ContributorTarget,
     body: bytes,
@@ -305,7 +183,7 @@ async def _exchange(
     deadline_monotonic: float,
     max_response_bytes: int,
     clock: Callable[[], float],
-) -> _Exchange:
+) -> Exchange:
     """POST ``body`` and read a capped 2xx JSON body, all within the one deadline.
 
     A connection goes back to the pool only after a complete, accepted answer; any failure (a
@@ -314,12 +192,12 @@ async def _exchange(
     started = clock()
     remaining = deadline_monotonic - started
     if remaining < MIN_SEND_SECONDS:
-        return _Exchange("skipped_deadline", 0.0, failure=SKIPPED_FAILURE)
+        return Exchange("skipped_deadline", 0.0, failure=SKIPPED_FAILURE)
 
     def settled(
         status: Status, failure: SourceFailure | None = None, data: bytes | None = None
-    ) -> _Exchange:
-        return _Exchange(status, (clock() - started) * 1000.0, data, failure)
+    ) -> Exchange:
+        return Exchange(status, (clock() - started) * 1000.0, data, failure)
 
     headers = _call_headers(target, msg_id, body, remaining)
     url = target.url if target.checked is None else target.checked.url
@@ -341,51 +219,10 @@ async def _exchange(
     except TimeoutError as exc:
         if deadline.expired():
             return settled("timeout", SourceFailure("timeout", f"deadline reached while {phase}"))
-        return settled(*_classify(exc))
+        return settled(*classify(exc))
     except (aiohttp.ClientError, OSError) as exc:
-        return settled(*_classify(exc))
+        return settled(*classify(exc))
     return settled("ok", data=data)
-
-
-def _schema_locations(err: ValidationError) -> list[tuple[list[str], str]]:
-    """Each distinct location of ``err`` as its parts, with its message, in pydantic's order.
-
-    No body text: inputs are excluded, and the one location part that comes from the body (the
-    name of an unexpected member) is replaced by ``<unknown field>``. Union member tags
-    (``revision.str``) are dropped so that one bad revision is one entry.
-    """
-    found: list[tuple[list[str], str]] = []
-    seen: set[str] = set()
-    for item in err.errors(include_input=False, include_url=False):
-        loc_parts = [str(p) for p in item["loc"] if p not in _UNION_TAGS]
-        if item["type"] == "extra_forbidden" and loc_parts:
-            loc_parts[-1] = "<unknown field>"
-        loc = ".".join(loc_parts)
-        if loc in seen:
-            continue
-        seen.add(loc)
-        found.append((loc_parts, item["msg"]))
-    return found
-
-
-def _schema_cause(err: ValidationError) -> str:
-    """``schema: blocks.3.priority: Input should be a valid integer`` (at most three
-    locations; :func:`_schema_locations` says what is left out)."""
-    found = _schema_locations(err)
-    parts = [f"{'.'.join(loc) or '(root)'}: {msg}" for loc, msg in found]
-    extra = len(found) - 3
-    text = "; ".join(parts[:3]) + (f" (and {extra} more)" if extra > 0 else "")
-    return f"schema: {text}"
-
-
-def _schema_failure(err: ValidationError) -> SourceFailure:
-    """``invalid_answer``, the :func:`_schema_cause` words, and the path of the first offending
-    field (an unexpected member: the object that holds it); none for the answer as a whole."""
-    found = _schema_locations(err)
-    loc = found[0][0] if found else []
-    if loc and loc[-1] == "<unknown field>":
-        loc = loc[:-1]
-    return SourceFailure("invalid_answer", _schema_cause(err), field=".".join(loc) or None)
 
 
 def _parse_json(data: bytes) -> Any:
@@ -430,7 +267,7 @@ async def _contribute_one(
                 target.source, client, packet_fields, deadline_monotonic, max_response_bytes, clock
             )
         body, msg_id = _packet(target, common, packet_fields)
-        result = await _exchange(
+        result = await exchange(
             client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
         )
         if result.status != "ok" or result.body is None:
@@ -470,7 +307,7 @@ def _answer_outcome(source: str, data: bytes, duration_ms: float) -> Contributor
     try:
         answer = _parse_answer(data)
     except ValidationError as err:
-        return ContributorOutcome.failed(source, "invalid", duration_ms, _schema_failure(err))
+        return ContributorOutcome.failed(source, "invalid", duration_ms, schema_failure(err))
     except _Failure as failure:
         return ContributorOutcome.failed(source, failure.status, duration_ms, failure.failure)
     return ContributorOutcome(source, "ok", duration_ms, answer.revision, tuple(answer.blocks))
@@ -657,7 +494,7 @@ async def query_revision(
     )
     msg_id = webhook_id(preparation_id, target.source, call, check_id)
     try:
-        result = await _exchange(
+        result = await exchange(
             client, target, body, msg_id, deadline_monotonic, max_response_bytes, clock
         )
         if result.status != "ok" or result.body is None:

@@ -10,13 +10,14 @@ Every byte of every answer is counted against one :class:`ByteBudget` (the sourc
 ``max_contributor_response_bytes``) as it arrives, an event stream included, so an endless or
 oversized answer is ``too_large`` before it can fill memory. The events are parsed by httpx2's
 ``EventSource`` (the parser of the official SDK's own client) over those counted chunks; nothing
-here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types``).
+here reads SSE by hand. JSON-RPC envelopes are the SDK's wire types (``mcp_types``), and so are
+the results a caller reads from them (:func:`parse_result`).
 
 A caller may ``screen`` each answer's raw message before it is parsed (a listing is counted so, see
-``contributors/mcp.py``). A session id the server sets must match ``SESSION_ID_RULE`` (visible
+``contributors/mcp_listing.py``). A session id the server sets must match ``SESSION_ID_RULE`` (visible
 ASCII) before the caller sends it back. A session is ended by a ``DELETE`` of the endpoint with
-its id (:func:`end_session`), through the same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow) and the
-session (``contributors/mcp.py``). Failures are raised as :class:`McpFailure` with a manifest status and
+its id (:func:`end_session`), through the same client. The caller owns the deadline (one ``asyncio.timeout`` around its whole flow,
+``contributors/mcp.py``) and the session (``contributors/mcp_session.py``). Failures are raised as :class:`McpFailure` with a manifest status and
 a classified failure (``SourceFailure``: the cause's name and words) that never quotes the answer; a ``404`` to a request that carried a session id is
 :class:`SessionExpired`, so that the caller can open a new session.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import httpx2
@@ -37,10 +38,11 @@ from mcp_types import (
     JSONRPCResponse,
     jsonrpc_message_adapter,
 )
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from context_assembly.contributors.calls import Status
 from context_assembly.contributors.client import ContributorClient
+from context_assembly.contributors.failures import schema_failure
+from context_assembly.contributors.outcomes import Status
 from context_assembly.contributors.ssrf import CheckedTarget
 from context_assembly.core.sources import FailureCause, SourceFailure
 
@@ -52,6 +54,8 @@ SESSION_ID_RULE: Final = re.compile(r"[\x21-\x7e]+")
 
 Screen = Callable[[bytes], None]
 """A check of an answer's raw JSON-RPC message before it is parsed; raises ``McpFailure``."""
+
+M = TypeVar("M", bound=BaseModel)
 
 # Names of the JSON-RPC and MCP error codes a cause may name (the server's message is not
 # quoted: it is free text, and could carry what the request sent).
@@ -81,6 +85,10 @@ class McpFailure(Exception):
     ) -> McpFailure:
         """The failure of ``status`` with the cause's name, its words and the HTTP status."""
         return cls(status, SourceFailure(cause, detail, http_status))
+
+
+class ReadInFull(McpFailure):
+    """A failure judged on an answer read in full: the server has nothing left to stop."""
 
 
 class SessionExpired(Exception):
@@ -277,3 +285,11 @@ def _result(message: Any, request_id: int | str) -> dict[str, Any]:
             "invalid", "invalid_answer", "the answer is not the response to this request"
         )
     return message.result
+
+
+def parse_result(cls: type[M], data: dict[str, Any] | None) -> M:
+    """A request's ``result`` as the SDK's type ``cls``; ``invalid`` when it is not that shape."""
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        raise McpFailure("invalid", schema_failure(err)) from err

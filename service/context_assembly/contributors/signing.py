@@ -23,7 +23,7 @@ from typing import Literal
 
 from standardwebhooks import Webhook
 
-CallType = Literal["contribute", "revision"]
+CallType = Literal["contribute", "revision", "summarize"]
 
 
 def webhook_id(preparation_id: str, source: str, call: CallType, attempt: int | str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 from datetime import datetime
 
-from context_assembly.core import calibration
+from context_assembly.core import calibration, compaction
 from context_assembly.core.anchor import Anchor, Anchored, anchor_count, head_digest, shared_length
 from context_assembly.core.blocks import Node, SourceBlocks, build_graph, qualified
 from context_assembly.core.budget import (
@@ -37,6 +37,7 @@ from context_assembly.core.layout import (
     place_transcript,
     turn_point,
 )
+from context_assembly.core.pricing import PriceRates
 from context_assembly.core.request import Message, PrepareRequest, Revision
 from context_assembly.core.result import BLOCK_REPORTS, BlockReport, BudgetReport, SelectionReport
 from context_assembly.core.select import (
@@ -49,9 +50,11 @@ from context_assembly.core.select import (
 )
 from context_assembly.core.sources import SourceInput, SourceSetup
 from context_assembly.core.transcript import (
+    CLEARED_DATA_MESSAGE,
     Insertion,
     Prior,
     Rebuilt,
+    clear_data_messages,
     data_insertion,
     new_data,
     present_pieces,
@@ -81,6 +84,15 @@ class Assembly:
     transcript: tuple[Insertion, ...] | None  # the ``transcript`` layout's insertions
     selected_expiry: tuple[tuple[str, str], ...]  # (qualified id, expires_at) of entered blocks
     revisions: tuple[tuple[str, Revision | None], ...]  # (source, revision), manifest-free
+    floor_tokens: int = 0  # what no compaction removes (``core/compaction.py``)
+    history_counts: tuple[int, ...] = ()  # per message of ``history``
+    # Of the caller's own history, as sent (before compaction rewrote or dropped any of it)
+    caller_history_hashes: tuple[str, ...] = ()
+    # ``transcript``: the earlier turns' data messages still sent whole, and their count
+    earlier_data: tuple[int, int] = (0, 0)
+    # Per message of the prefix (``placed.messages[:placed.prefix_len]``): where a cache marker
+    # that cannot end the prefix itself goes instead (``core/cache.py``).
+    prefix_counts: tuple[int, ...] = ()
 
 
 def assemble_frame(
@@ -97,6 +109,132 @@ def assemble_frame(
     tenant: str,
     anchor: Anchor | None = None,
     prior: Prior | None = None,
+    compacted: compaction.Previous | None = None,
+    price: PriceRates | None = None,
+) -> Assembly:
+    """Assemble ``request`` (:func:`_assemble_once`) and decide its compaction
+    (``core/compaction.py``, docs/compaction.md): the history is read as the provider reads it
+    (from its latest compaction item on) with the tool results ``compacted`` (the scope's
+    previous turn) cleared cleared again; when this turn's decision is to clear, the frame is
+    assembled again with the results it clears. ``price``: the model's rates, for the decision's
+    economics. The decision is ``selection.compaction``."""
+    options = request.options.compaction
+    history = request.history_messages
+    sent, left_out = compaction.after_provider_compaction(history)
+    cleared = () if compacted is None else compacted.cleared
+    if options.mode == "clear_tool_results":
+        present = {m.tool_call_id for m in sent if m.role == "tool"}
+        cleared = tuple(call for call in cleared if call in present)
+        sent = compaction.clear_results(sent, cleared)
+    else:
+        cleared = ()
+    rewritten = len(sent) != len(history) or any(
+        a is not b for a, b in zip(sent, history, strict=True)
+    )
+    if rewritten:
+        request = request.model_copy(update={"history": sent})
+
+    def once(request: PrepareRequest, clear_data: bool = False) -> Assembly:
+        return _assemble_once(
+            request,
+            setups,
+            inputs,
+            now=now,
+            local_now=local_now,
+            counter=counter,
+            profile=profile,
+            capacity=capacity,
+            exact=exact,
+            tenant=tenant,
+            anchor=anchor,
+            prior=prior,
+            clear_data=clear_data,
+        )
+
+    assembly = once(request)
+    budget = assembly.budget
+    total = budget.total_input_tokens
+    floor = assembly.floor_tokens
+    if budget.anchored is not None and budget.anchored.correction_tokens:
+        # The total counts the repeated part as the provider did; the floor's terms are
+        # estimated: scaled by the same correction, so both are in the provider's units.
+        floor = floor * total // (total + budget.anchored.correction_tokens)
+    pressure = compaction.Pressure(
+        window=capacity.tokens,
+        reserve=budget.response_reserve + budget.reasoning_reserve_tokens,
+        total=total,
+        floor=min(floor, total),
+    )
+    candidates = compaction.clearable(
+        assembly.history,
+        assembly.history_counts,
+        sum(message.role == "tool" for message in request.input),
+        options,
+        cleared,
+    )
+    if options.mode == "clear_tool_results":
+        # Clearing also lowers the tool loop after the latest user turn: its earlier results
+        # leave the floor.
+        point = turn_point([*assembly.history, *request.input])
+        in_loop = {m.tool_call_id for m in assembly.history[point:] if m.role == "tool"}
+        lowered = sum(tokens for call, tokens in candidates if call in in_loop)
+        pressure = dataclass_replace(pressure, floor=max(pressure.floor - lowered, 0))
+    data_messages, data_tokens = assembly.earlier_data
+    report = compaction.decide(
+        options,
+        pressure,
+        previous=compacted,
+        clearable_tokens=sum(tokens for _, tokens in candidates) + data_tokens,
+        price=price,
+        render=request.render,
+    )
+    update: dict[str, object] = {
+        "provider_item_dropped_messages": left_out,
+        "cleared_calls": list(cleared),
+    }
+    if report.decision == "clear_tool_results" and options.mode == "clear_tool_results":
+        calls = [call for call, _ in candidates]
+        request = request.model_copy(
+            update={"history": compaction.clear_results(request.history_messages, calls)}
+        )
+        rewritten = True
+        assembly = once(request, clear_data=data_messages > 0)
+        update["cleared_calls"] = [*cleared, *calls]
+        # What the cleared results counted, less their placeholders: the totals before and after
+        # may not compare (an anchored count holds only while the frame repeats the previous).
+        placeholders = [m for m in request.history_messages if m.tool_call_id in set(calls)]
+        cleared_data = data_messages * count_message(CLEARED_DATA_MESSAGE, counter, profile).tokens
+        update["cleared_tokens"] = max(
+            sum(tokens for _, tokens in candidates)
+            - sum(count_message(m, counter, profile).tokens for m in placeholders)
+            + data_tokens
+            - cleared_data,
+            0,
+        )
+    selection = assembly.selection.model_copy(
+        update={"compaction": report.model_copy(update=update)}
+    )
+    caller = assembly.caller_history_hashes
+    if rewritten:
+        caller = tuple(message_hashes(history))
+    return dataclass_replace(assembly, selection=selection, caller_history_hashes=caller)
+
+
+def _assemble_once(
+    request: PrepareRequest,
+    setups: Sequence[SourceSetup],
+    inputs: Sequence[SourceInput],
+    *,
+    now: datetime,
+    local_now: datetime,
+    counter: TokenCounter,
+    profile: ModelProfile,
+    capacity: Capacity,
+    exact: bool,
+    tenant: str,
+    anchor: Anchor | None = None,
+    prior: Prior | None = None,
+    clear_data: bool = False,
 ) -> Assembly:
     """Run the whole pipeline (docs/contract.md, "Budget" to "Hashes") for one request.
 
@@ -131,7 +269,9 @@ def assemble_frame(
     hashes = message_hashes([*request.history_messages, *request.input])
     earlier = None
     if options.layout == "transcript":
-        earlier = _earlier(request, texts, blocks.graph, prior, hashes, now, counter, profile)
+        earlier = _earlier(
+            request, texts, blocks.graph, prior, hashes, now, counter, profile, clear_data
+        )
     fit = _fit(
         request,
         texts,
@@ -178,6 +318,7 @@ def assemble_frame(
         placed.tools,
         placed.prefix_len,
     )
+    prefix_counts = _prefix_counts(placed, fit, counter, profile)
     return Assembly(
         frame=Frame(messages=list(placed.messages), tools=list(placed.tools)),
         placed=placed,
@@ -187,16 +328,35 @@ def assemble_frame(
         ).model_copy(update={"selected_data_tokens": data_tokens}),
         fingerprint=fingerprint,
         prefix_hash=prefix_hash,
-        prefix_tokens=_prefix_tokens(placed, fit.fixed, counter, profile),
-        leading_tokens=_prefix_tokens(placed, fit.fixed, counter, profile, leading_only=True),
+        prefix_tokens=fit.fixed.tools + sum(prefix_counts),
+        leading_tokens=fit.fixed.tools + (prefix_counts[0] if placed.leading else 0),
         input_hash=input_hash(request.input),
         instructions_hash=text_hash(request.instructions),
         history=tuple(fit.history),
         head_digest=head,
         conversation_hashes=tuple(hashes[fit.dropped :]),
+        caller_history_hashes=tuple(hashes[: len(request.history_messages)]),
         transcript=transcript,
         selected_expiry=_selected_expiry(blocks.graph, selection),
         revisions=tuple((item.setup.source, item.revision) for item in inputs),
+        floor_tokens=_floor(request, fit, blocks.protected_demand),
+        earlier_data=(0, 0) if earlier is None else (earlier.data_messages, earlier.data_tokens),
+        history_counts=tuple(item.tokens for item in fit.history_counts),
+        prefix_counts=prefix_counts,
+    )
+
+
+def _floor(request: PrepareRequest, fit: _Fit, demand: int) -> int:
+    """What no compaction removes (``core/compaction.py``): the instructions, tools and per-turn
+    message, the input, the protected data, the history from the latest user turn on, and a
+    provider's compaction item opening the history."""
+    fixed = fit.fixed
+    counts = fit.history_counts
+    point = min(turn_point([*fit.history, *request.input]), len(counts))
+    latest = sum(item.tokens for item in counts[point:])
+    head = counts[0].tokens if point and compaction.starts_with_compaction(fit.history) else 0
+    return (
+        fixed.instructions + fixed.legacy_data + fixed.tools + fixed.input + demand + latest + head
     )
 
 
@@ -209,6 +369,8 @@ class _Earlier:
     tokens: int  # their count
     new_turn: bool  # the latest user turn is new: it gets a per-turn message
     point: int  # the turn point in the conversation
+    data_messages: int = 0  # the earlier data messages sent whole (not the cleared ones)
+    data_tokens: int = 0  # their count
 
 
 def _earlier(
@@ -220,10 +382,12 @@ def _earlier(
     now: datetime,
     counter: TokenCounter,
     profile: ModelProfile,
+    clear_data: bool = False,
 ) -> _Earlier:
     """The previous turn's insertions kept by this conversation: those before the first
     message that differs (and at its end when the whole previous conversation is repeated),
-    rebuilt or cleared (``core/transcript.py``)."""
+    rebuilt or cleared (``core/transcript.py``); with ``clear_data`` (compaction clearing) every
+    data message among them cleared, in one block."""
     conversation = [*request.history_messages, *request.input]
     point = turn_point(conversation)
     if prior is None or request.native_history is not None:
@@ -232,8 +396,11 @@ def _earlier(
     whole = shared == len(prior.conversation)
     kept = [i for i in prior.insertions if i.at < shared or (whole and i.at == shared)]
     rebuilt = rebuild(kept, legacy_views=texts.legacy_data, graph=graph, now=now)
-    tokens = sum(count_message(item.message, counter, profile).tokens for item in rebuilt)
-    return _Earlier(shared, rebuilt, tokens, point >= shared, point)
+    if clear_data:
+        rebuilt = clear_data_messages(rebuilt)
+    counts = [count_message(item.message, counter, profile).tokens for item in rebuilt]
+    data = [n for item, n in zip(rebuilt, counts, strict=True) if item.insertion.kind == "data"]
+    return _Earlier(shared, rebuilt, sum(counts), point >= shared, point, len(data), sum(data))
 
 
 def _place_transcript(
@@ -397,6 +564,11 @@ def _fit(
             turn_point(conversation),
         )
     if dropped < 0 or remaining + _freed(history_counts, dropped) < demand:
+        estimated = not exact and request.native_history is None
+        if estimated and _uncertain(fixed, anchored, remaining + correction, demand):
+            # Dropping cannot free enough by the estimate, but the provider's count may fit.
+            room = remaining + correction
+            return _Fit(history, history_counts, fixed, room, 0, anchored, data_room=demand)
         raise _overflow(capacity, reserve, fixed, demand, policy.mode, anchored)
     history_counts = history_counts[dropped:]
     fixed = fixed_terms(history_counts)
@@ -569,19 +741,22 @@ def _selected_expiry(graph: dict[str, Node], selection: Selection) -> tuple[tupl
     )
 
 
-def _prefix_tokens(
-    placed: Placed,
-    fixed: FixedCosts,
-    counter: TokenCounter,
-    profile: ModelProfile,
-    *,
-    leading_only: bool = False,
-) -> int:
-    """The tokens of the frame's cache-stable prefix: the tools and the prefix's messages (with
-    ``leading_only``, the tools and the leading system message)."""
-    end = (1 if placed.leading else 0) if leading_only else placed.prefix_len
-    prefix = placed.messages[:end]
-    return fixed.tools + sum(count_message(m, counter, profile).tokens for m in prefix)
+def _prefix_counts(
+    placed: Placed, fit: _Fit, counter: TokenCounter, profile: ModelProfile
+) -> tuple[int, ...]:
+    """The tokens of each message of the frame's cache-stable prefix (the leading system message
+    first, when there is one); with the tools they are the prefix's tokens. A history message
+    takes the count ``fit`` already has."""
+    # A provider-held history has one count and no message: nothing to reuse.
+    known = {
+        id(message): counted.tokens
+        for message, counted in zip(fit.history, fit.history_counts, strict=False)
+    }
+    prefix = placed.messages[: placed.prefix_len]
+    return tuple(
+        known[id(m)] if id(m) in known else count_message(m, counter, profile).tokens
+        for m in prefix
+    )
 
 
 def _block_reports(graph: dict[str, Node], selection: Selection) -> list[BlockReport]:

@@ -12,6 +12,7 @@ images/files/opaque items, a conservative constant; those make ``opaque_or_multi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -26,6 +27,9 @@ class TokenCounter(Protocol):
     """Counts the tokens of one text. Implementations must be deterministic and side-effect free.
 
     ``name`` is the tokenizer used; an ``estimate`` counter must never under-count (upper bound).
+    A counter may also have ``splits(left, right) -> bool``: true only when the count of
+    ``left + right + rest`` is the count of ``left`` plus that of ``right + rest``, whatever
+    ``rest`` is (:func:`count_joined` relies on it; ``tokens/counter.py`` has it for tiktoken).
     """
 
     @property
@@ -123,6 +127,17 @@ def count_message(message: Message, counter: TokenCounter, profile: ModelProfile
     if message.tool_call_id is not None:
         tokens += counter.count(message.tool_call_id)
     return Counted(tokens, opaque)
+
+
+def count_joined(parts: Sequence[str], counts: Sequence[int], counter: TokenCounter) -> int:
+    """The count of ``"".join(parts)``, given each part's own count: their sum when ``counter``
+    splits at every join (its optional ``splits``; the pre-tokeniser of a BPE encoding encodes
+    the text on each side of such a join alone), else one count of the whole text. Exact either
+    way: a join that is not a split costs a full count, never a wrong one."""
+    splits = getattr(counter, "splits", None)
+    if splits is not None and all(map(splits, parts, parts[1:])):
+        return sum(counts)
+    return counter.count("".join(parts))
 
 
 def count_text_message(

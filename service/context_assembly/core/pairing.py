@@ -9,10 +9,10 @@ for every ``function_call``. In the neutral shape these are one rule, checked fo
 (a ``neutral`` frame is sent to one of them by an adapter):
 
 - every call of an assistant message is answered by a ``tool`` message before the next message
-  that is not a ``tool`` message, and before the conversation ends (``unanswered_call``);
+  that is not a ``tool`` message, and before the conversation ends;
 - a ``tool`` message answers a call of the assistant message before it that is still open: no
-  result without its call, none twice (``result_without_call``);
-- one assistant message does not use a call id twice (``duplicate_call``).
+  result without its call, none twice;
+- one assistant message does not use a call id twice.
 
 With a provider-held history (``{"native": true}``) the input may open with results of calls the
 provider holds.
@@ -26,9 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-PairingRule = Literal["unanswered_call", "result_without_call", "duplicate_call"]
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +42,6 @@ class Located:
 class PairingViolation:
     """The first place the conversation breaks a pairing rule."""
 
-    rule: PairingRule
     field: str
     index: int
     call_id: str
@@ -90,7 +87,6 @@ def first_violation(
                 continue
             why = "answers it again" if call_id in answered else "has no call before it"
             return PairingViolation(
-                "result_without_call",
                 item.field,
                 item.index,
                 call_id,
@@ -107,7 +103,6 @@ def first_violation(
         for call_id in ids:
             if call_id in open_calls:
                 return PairingViolation(
-                    "duplicate_call",
                     item.field,
                     item.index,
                     call_id,
@@ -122,7 +117,6 @@ def first_violation(
 def _unanswered(open_calls: dict[str, Located], where: str) -> PairingViolation:
     call_id, owner = next(iter(open_calls.items()))
     return PairingViolation(
-        "unanswered_call",
         owner.field,
         owner.index,
         call_id,

@@ -40,6 +40,14 @@ buckets together) exceeds ``above_input_tokens``, as the providers bill such req
 Nothing is guessed: without a price there is no cost (``None``), and a bucket holding tokens
 whose rate the price does not give makes the whole observation unpriced (``None``;
 ``unpriced_buckets`` names which) rather than priced at another bucket's rate.
+
+The price of a cache miss (``miss_cost``) is what the observation cost less what it would have
+cost had ``tokens`` more of its input been read from the cache (``read_from_cache``). Those
+tokens are taken from the writes first, then from the uncached input: the part a miss bills
+again is the start of the prompt, which a provider that writes (Anthropic, by its markers)
+writes again along with what follows, up to the last marker; what follows the last marker is
+the uncached rest. Among the writes, 1-hour ones come first (Anthropic places them before
+5-minute ones), then 5-minute ones, then writes at the single rate.
 """
 
 from __future__ import annotations
@@ -233,3 +241,41 @@ def price_usage(price: PriceRates | None, usage: UsageBuckets) -> Cost | None:
 
 def _rounded(value: Decimal) -> Decimal:
     return value.quantize(QUANTUM, context=_CONTEXT)
+
+
+# The buckets a miss's tokens come from, in the order they are taken (module docstring).
+_REBILLED_FROM: Final = ("cache_write_1h", "cache_write_5m", "cache_write", "uncached_input")
+
+
+def read_from_cache(usage: UsageBuckets, tokens: int) -> UsageBuckets:
+    """``usage`` with ``tokens`` more of its input read from the cache: taken from the writes,
+    then from the uncached input (module docstring), at most all of them; the input total and
+    the output are unchanged."""
+    if tokens < 0:
+        raise ValueError(f"tokens must be non-negative, not {tokens}")
+    moved: dict[str, int] = {}
+    left = tokens
+    for bucket in _REBILLED_FROM:
+        taken = min(left, getattr(usage, bucket))
+        moved[bucket] = getattr(usage, bucket) - taken
+        left -= taken
+    read = usage.cache_read + tokens - left
+    return UsageBuckets(
+        uncached_input=moved["uncached_input"],
+        cache_read=read,
+        cache_write_5m=moved["cache_write_5m"],
+        cache_write_1h=moved["cache_write_1h"],
+        cache_write=moved["cache_write"],
+        output=usage.output,
+    )
+
+
+def miss_cost(price: PriceRates | None, usage: UsageBuckets, tokens: int) -> Decimal | None:
+    """What ``usage`` cost at ``price`` over the same call with ``tokens`` more read from the
+    cache (``read_from_cache``): 0 for no tokens; ``None`` when either cannot be priced (no
+    price, or no rate for a bucket holding tokens, the cache read rate included)."""
+    paid = price_usage(price, usage)
+    instead = price_usage(price, read_from_cache(usage, tokens))
+    if paid is None or instead is None:
+        return None
+    return _rounded(_CONTEXT.subtract(paid.total, instead.total))

@@ -60,6 +60,7 @@ _ANTHROPIC_PARTS: Final = frozenset(
         "mcp_tool_use",
         "mcp_tool_result",
         "container_upload",
+        "compaction",
     }
 )
 _CHAT_MESSAGE_KEYS: Final = frozenset({"refusal", "annotations", "audio", "function_call"})
@@ -120,19 +121,13 @@ def detect(message: Any) -> InputFormat:
     return "neutral"
 
 
-def to_neutral(messages: Any, declared: InputFormat) -> list[Any]:
-    """``messages`` with every provider-shaped message read into neutral ones (one message may
-    give several: an Anthropic user turn with tool results). Neutral ones are left as they are
-    for the request model to validate. ``ShapeError.loc`` starts with the message's index."""
-    if not isinstance(messages, list) or declared == "neutral":
-        return messages  # type: ignore[no-any-return]
-    return read_messages(messages, declared)[0]
-
-
 def read_messages(messages: list[Any], declared: InputFormat) -> tuple[list[Any], list[int]]:
-    """:func:`to_neutral` of a list, with the index of the caller's message each neutral one
-    comes from (a Responses ``function_call`` merged into the assistant message before it keeps
-    that message's index)."""
+    """``messages`` with every provider-shaped message read into neutral ones (one message may
+    give several: an Anthropic user turn with tool results), and the index of the caller's
+    message each neutral one comes from (a Responses ``function_call`` merged into the assistant
+    message before it keeps that message's index). Neutral ones are left as they are for the
+    request model to validate; declared ``neutral``, the list itself is returned.
+    ``ShapeError.loc`` starts with the message's index."""
     neutral, indexes, _ = _read(messages, declared, routed=False)
     return neutral, indexes
 

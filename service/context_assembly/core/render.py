@@ -6,10 +6,17 @@ promises no hit (docs/contract.md, "Provider renders"): only when a request opts
 directives its cache plan chose (``CacheDirectives``, planned in ``core/cache.py``):
 
 - Anthropic: ``cache_control: {"type": "ephemeral"}`` (plus ``"ttl": "1h"`` for a one-hour
-  lifetime) on the last tool definition and on the last content block of each marked message.
-  When a marked message is part of the system prompt, ``system`` is a list of text blocks, one
-  per message of the leading run, instead of one string.
-- OpenAI Chat and Responses: ``prompt_cache_key`` and ``prompt_cache_retention``.
+  lifetime, per marker) on the last tool definition and on the last content block of each
+  marked message. When a marked message is part of the system prompt, ``system`` is a list of
+  text blocks, one per message of the leading run, instead of one string. Automatic caching is a
+  top-level ``cache_control``; cache diagnostics a top-level ``diagnostics`` object
+  (``previous_message_id``, ``null`` included).
+- OpenAI Chat and Responses: ``prompt_cache_key`` and ``prompt_cache_retention``; on models with
+  explicit breakpoints, ``prompt_cache_breakpoint: {"mode": "explicit"}`` on the last content
+  block of each marked message (a string content becomes one text block, ``text`` for Chat,
+  ``input_text`` for Responses, a tool result's output included) and ``prompt_cache_options``.
+  Only a system, developer, user or tool message whose last block OpenAI takes a breakpoint on
+  can be marked (``openai_markable``): never an assistant message.
 
 Common rules
     - Message order is kept; only the grouping of messages into turns changes where a provider
@@ -82,7 +89,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -109,10 +116,15 @@ _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 class CacheDirectives:
     """Provider cache directives for a body (see the module doc).
 
-    Anthropic: a marker with ``ttl`` on the last tool definition when ``tools``, and on the last
-    content block of each frame message listed in ``messages`` (by index; a message without
-    blocks marks the last block before it). OpenAI: ``key`` and ``retention`` as
-    ``prompt_cache_key`` and ``prompt_cache_retention`` when set.
+    Anthropic: a marker on the last tool definition when ``tools`` (lifetime ``tools_ttl``, else
+    ``ttl``), and on the last content block of each frame message listed in ``messages`` (by
+    index, lifetime the same entry of ``message_ttls``, else ``ttl``; a message without blocks
+    marks the last block before it); with ``automatic`` a top-level ``cache_control`` of ``ttl``;
+    with ``diagnostics`` a top-level ``diagnostics`` naming ``previous_response_id``.
+    OpenAI: ``key`` and ``retention`` as ``prompt_cache_key`` and ``prompt_cache_retention`` when
+    set; a ``prompt_cache_breakpoint`` on each message of ``messages`` (``openai_markable`` ones
+    only); ``prompt_cache_options`` with ``mode`` and ``previous_response_id`` as
+    ``comparison_response_id`` when either is set.
     """
 
     ttl: Literal["5m", "1h"] = "5m"
@@ -120,6 +132,44 @@ class CacheDirectives:
     messages: tuple[int, ...] = ()
     key: str | None = None
     retention: str | None = None
+    tools_ttl: Literal["5m", "1h"] | None = None
+    message_ttls: tuple[Literal["5m", "1h"], ...] = ()
+    automatic: bool = False
+    diagnostics: bool = False
+    previous_response_id: str | None = None
+    mode: Literal["explicit"] | None = None
+
+
+# The content blocks OpenAI takes a ``prompt_cache_breakpoint`` on (the SDKs' text, image, audio
+# and file parts of Chat; input text, image and file of Responses); assistant output blocks are
+# not among them (OpenAI API reference, create chat completion / create a model response).
+OPENAI_BREAKPOINT_PARTS: Final[dict[str, frozenset[str]]] = {
+    "openai-chat": frozenset({"text", "image_url", "input_audio", "file"}),
+    "openai-responses": frozenset({"input_text", "input_image", "input_file"}),
+}
+_MARKABLE_ROLES: Final = frozenset({"system", "developer", "user", "tool"})
+_BREAKPOINT: Final = {"mode": "explicit"}
+
+
+def openai_markable(message: Message, target: Render) -> bool:
+    """Whether OpenAI takes a ``prompt_cache_breakpoint`` on ``message``'s last content block in
+    a ``target`` body: a system, developer, user or tool message whose content is a non-empty
+    string or ends with a non-empty text part, or (OpenAI renders) with a part of a type the
+    provider marks. ``neutral``: as text only, the shape every adapter can mark."""
+    if message.role not in _MARKABLE_ROLES:
+        return False
+    content = message.content
+    if isinstance(content, str):
+        return bool(content)
+    if not content:
+        return False
+    last = content[-1]
+    if isinstance(last, TextPart):
+        return bool(last.text)
+    kinds = OPENAI_BREAKPOINT_PARTS.get(target, frozenset())
+    if isinstance(last, NativePart):
+        return last.format == target and last.item.get("type") in kinds
+    return last.type in kinds
 
 
 OUTPUT_LIMIT_KEYS: dict[str, str] = {
@@ -164,10 +214,11 @@ def render_frame(
     if target == "neutral":
         return frame.model_dump(mode="json", exclude_none=True)
     _check_native(frame, target)
+    marked = frozenset(cache.messages) if cache is not None else frozenset()
     if target == "openai-chat":
-        return _openai_cache(_openai_chat(frame, model, max_output_tokens), cache)
+        return _openai_cache(_openai_chat(frame, model, max_output_tokens, marked), cache)
     if target == "openai-responses":
-        return _openai_cache(_openai_responses(frame, model, max_output_tokens), cache)
+        return _openai_cache(_openai_responses(frame, model, max_output_tokens, marked), cache)
     if target == "anthropic":
         return _anthropic(frame, model, max_output_tokens, cache)
     if target == "gemini":
@@ -290,11 +341,32 @@ def _merge_turns(turns: Iterable[tuple[str, list[dict[str, Any]]]]) -> list[tupl
 
 
 def _openai_cache(body: dict[str, Any], cache: CacheDirectives | None) -> dict[str, Any]:
-    if cache is not None and cache.key is not None:
+    if cache is None:
+        return body
+    if cache.key is not None:
         body["prompt_cache_key"] = cache.key
-    if cache is not None and cache.retention is not None:
+    if cache.retention is not None:
         body["prompt_cache_retention"] = cache.retention
+    options: dict[str, str] = {}
+    if cache.mode is not None:
+        options["mode"] = cache.mode
+    if cache.previous_response_id is not None:
+        options["comparison_response_id"] = cache.previous_response_id
+    if options:
+        body["prompt_cache_options"] = options
     return body
+
+
+def _mark_openai(holder: dict[str, Any], key: str, text_type: str) -> None:
+    """A ``prompt_cache_breakpoint`` on the last block of ``holder[key]``; a string becomes one
+    ``text_type`` block (``openai_markable`` said the message takes one)."""
+    value = holder[key]
+    if isinstance(value, str):
+        holder[key] = [
+            {"type": text_type, "text": value, "prompt_cache_breakpoint": dict(_BREAKPOINT)}
+        ]
+    else:
+        value[-1]["prompt_cache_breakpoint"] = dict(_BREAKPOINT)
 
 
 # --------------------------------------------------------------------------- OpenAI Chat
@@ -329,7 +401,9 @@ def _chat_function(tool: Tool) -> dict[str, Any]:
     return function
 
 
-def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+def _openai_chat(
+    frame: Frame, model: str, max_output_tokens: int | None, marked: frozenset[int]
+) -> dict[str, Any]:
     # OpenAI API reference: create chat completion.
     messages: list[dict[str, Any]] = []
     for index, message in enumerate(frame.messages):
@@ -346,6 +420,8 @@ def _openai_chat(frame: Frame, model: str, max_output_tokens: int | None) -> dic
         if message.tool_call_id is not None:
             item["tool_call_id"] = message.tool_call_id
         item.update(_fields(message, "openai-chat"))
+        if index in marked and openai_markable(message, "openai-chat"):
+            _mark_openai(item, "content", "text")
         messages.append(item)
     body: dict[str, Any] = {"model": model, "messages": messages}
     if frame.tools:
@@ -404,11 +480,14 @@ def _own_item(part: Any) -> bool:
     )
 
 
-def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -> dict[str, Any]:
+def _openai_responses(
+    frame: Frame, model: str, max_output_tokens: int | None, marked: frozenset[int]
+) -> dict[str, Any]:
     # OpenAI API reference: create a model response (input items:
     # EasyInputMessage, function_call, function_call_output)
     items: list[dict[str, Any]] = []
     for index, message in enumerate(frame.messages):
+        mark = index in marked and openai_markable(message, "openai-responses")
         if message.role == "tool":
             items.append(
                 {
@@ -418,11 +497,15 @@ def _openai_responses(frame: Frame, model: str, max_output_tokens: int | None) -
                     **_fields(message, "openai-responses"),
                 }
             )
+            if mark:
+                _mark_openai(items[-1], "output", "input_text")
             continue
         text_type = "output_text" if message.role == "assistant" else "input_text"
         empty = message.content == "" or message.content == []
         if not (message.tool_calls and empty):
             items.extend(_responses_items(message, text_type))
+            if mark:
+                _mark_openai(items[-1], "content", "input_text")
         items.extend(
             {
                 "type": "function_call",
@@ -550,6 +633,10 @@ def _anthropic(
         body["tools"] = [_anthropic_tool(tool) for tool in frame.tools]
     if cache is not None:
         _anthropic_markers(body, last_blocks, cache)
+        if cache.automatic:
+            body["cache_control"] = _anthropic_marker(cache.ttl)
+        if cache.diagnostics:
+            body["diagnostics"] = {"previous_message_id": cache.previous_response_id}
     for turn in body["messages"]:
         # A turn that is one message of string content goes back as that string.
         blocks = turn["content"]
@@ -573,18 +660,22 @@ def _anthropic_tool(tool: Tool) -> dict[str, Any]:
     return definition
 
 
+def _anthropic_marker(ttl: Literal["5m", "1h"]) -> dict[str, str]:
+    return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": "1h"}
+
+
 def _anthropic_markers(
     body: dict[str, Any], last_blocks: dict[int, dict[str, Any]], cache: CacheDirectives
 ) -> None:
     """Put ``cache``'s markers on the last tool and on the last block of each marked message
-    (or of the nearest message before it that has a block)."""
-    marker = {"type": "ephemeral"} if cache.ttl == "5m" else {"type": "ephemeral", "ttl": "1h"}
+    (or of the nearest message before it that has a block), each with its own lifetime."""
     if cache.tools and body.get("tools"):
-        body["tools"][-1]["cache_control"] = dict(marker)
-    for message in cache.messages:
+        body["tools"][-1]["cache_control"] = _anthropic_marker(cache.tools_ttl or cache.ttl)
+    ttls = cache.message_ttls or (cache.ttl,) * len(cache.messages)
+    for message, ttl in zip(cache.messages, ttls, strict=True):
         index = next((i for i in range(message, -1, -1) if i in last_blocks), None)
         if index is not None:
-            last_blocks[index]["cache_control"] = dict(marker)
+            last_blocks[index]["cache_control"] = _anthropic_marker(ttl)
 
 
 # --------------------------------------------------------------------------- Gemini

@@ -683,6 +683,76 @@ class HistoryPolicy(Frozen):
 TokenLimit = Annotated[StrictInt, Field(ge=0, le=MAX_OPTION)]
 
 
+class CompactionOptions(Frozen):
+    """When the service says the conversation should be compacted, and whether it acts
+    (docs/compaction.md). The decision is in every answer (`selection.compaction`)."""
+
+    mode: Literal["report", "native", "summarize", "clear_tool_results"] = Field(
+        default="report",
+        description="`report`: decide and say, the caller compacts. `native`: the frame asks "
+        "the provider to compact at the trigger (Anthropic and OpenAI Responses renders). "
+        "`summarize`: the service's summarizer contributor folds the history before the latest "
+        "user turn into one summary message. `clear_tool_results`: old tool results are "
+        "replaced with a placeholder naming the call.",
+    )
+    trigger_fraction: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description="The trigger as a share of the model's window (unless `trigger_tokens`).",
+    )
+    trigger_tokens: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="The trigger in input tokens; takes the place of `trigger_fraction`.",
+    )
+    keep_tool_results: StrictInt = Field(
+        default=3,
+        ge=0,
+        le=MAX_OPTION,
+        description="`clear_tool_results`: the newest tool results never cleared.",
+    )
+    clear_at_least: TokenLimit = Field(
+        default=5_000,
+        description="`clear_tool_results`: clearing fires only when it removes at least this "
+        "many tokens (so the cache prefix is broken for a worthwhile gain, not for each result).",
+    )
+    exclude_tools: list[StrictStr] = Field(
+        default_factory=list,
+        max_length=256,
+        description="`clear_tool_results`: tools whose results are never cleared.",
+    )
+    horizon_turns: StrictInt = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="The turns ahead over which carrying the history is priced against "
+        "compacting it (`selection.compaction.economics`).",
+    )
+    summary_tokens: TokenLimit = Field(
+        default=2_000,
+        description="The expected size of a summary, for the price comparison; `summarize` asks "
+        "the summarizer for at most this many tokens.",
+    )
+    summarizer: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="`summarize`: the registered contributor endpoint (`[contributors.NAME]`, a "
+        "webhook) that writes the summary.",
+    )
+
+    @model_validator(mode="after")
+    def _summarizer_for_summarize(self) -> CompactionOptions:
+        if (self.mode == "summarize") != (self.summarizer is not None):
+            raise ValueError("'summarizer' is given with mode 'summarize', and only with it")
+        return self
+
+
+DEFAULT_COMPACTION: Final = CompactionOptions()
+
+
 class AssemblyOptions(Frozen):
     """How the frame is assembled: the data limits, the layout, the contributors' deadline."""
 
@@ -738,12 +808,22 @@ class AssemblyOptions(Frozen):
         default_factory=HistoryPolicy,
         description="Whether the oldest history may be dropped when the frame does not fit.",
     )
+    # Left out of dumps when the defaults, so that the shape hash of a request without it
+    # matches that of records stored without the field.
+    compaction: CompactionOptions = Field(
+        default_factory=CompactionOptions,
+        exclude_if=lambda value: value == DEFAULT_COMPACTION,
+        description="When the conversation should be compacted and how (`selection.compaction`).",
+    )
 
 
 DEFAULT_ASSEMBLY = AssemblyOptions()
 
 Render = Literal["neutral", "openai-chat", "openai-responses", "anthropic", "gemini"]
 
+
+NATIVE_COMPACTION: Final = frozenset({"anthropic", "openai-responses"})
+"""The renders whose provider compacts on its own (``assembly.compaction.mode: "native"``)."""
 
 PREPARATION_ID_PATTERN: Final = r"^prep_[A-Za-z0-9_-]+$"
 
@@ -758,11 +838,42 @@ class CacheOptions(Frozen):
         default=False,
         description='With `render: "anthropic"`, `cache_control` markers (at most 4) after the '
         "last tool, after the leading system content and on the last history message, each only "
-        "where the tokens up to it reach the model's minimum cacheable length. `neutral` reports "
-        "the plan without markers; the other renders ignore it.",
+        "where the tokens up to it reach the model's minimum cacheable length. With an OpenAI "
+        "render and a model with `explicit_cache_breakpoints` (GPT-5.6 and later), "
+        "`prompt_cache_breakpoint` markers at the same places (never on an assistant message, "
+        "never with `retention`). `neutral` reports the plan without markers; the other renders "
+        "and models ignore it.",
     )
     ttl: Literal["5m", "1h"] = Field(
-        default="5m", description='The markers\' lifetime; `1h` adds `"ttl": "1h"` to each.'
+        default="5m",
+        description='The Anthropic markers\' lifetime; `1h` adds `"ttl": "1h"` to each.',
+    )
+    instructions_ttl: Literal["5m", "1h"] | None = Field(
+        default=None,
+        description="Anthropic: the lifetime of the markers after the tools and after the leading "
+        "instructions, which change less often than the conversation (absent: `ttl`). A 1-hour "
+        "marker must come before a 5-minute one, so `5m` here with `ttl: 1h` is refused.",
+    )
+    automatic: StrictBool = Field(
+        default=False,
+        description='With `render: "anthropic"`, a top-level `cache_control` (automatic '
+        "caching: the provider marks the request's last block). It takes one of the 4 marker "
+        "slots, and in `transcript` it stands in for the marker on the frame's end.",
+    )
+    mode: Literal["implicit", "explicit"] = Field(
+        default="implicit",
+        description="OpenAI models with `explicit_cache_breakpoints`: `implicit` keeps OpenAI's "
+        "own breakpoint on the newest message beside at most 3 of the plan's; `explicit` sends "
+        '`prompt_cache_options: {"mode": "explicit"}` and the plan places up to 4 (needs '
+        "`breakpoints: true`; refused with `retention`).",
+    )
+    diagnostics: StrictBool = Field(
+        default=False,
+        description="Ask the provider why its cache missed, against the previous turn's "
+        "response: Anthropic's `diagnostics.previous_message_id` (`null` on a first turn, or "
+        "when the previous turn's usage report named no `response_id`), OpenAI Responses' "
+        "`prompt_cache_options.comparison_response_id` on models with "
+        "`explicit_cache_breakpoints` (when there is an id to name).",
     )
     key: StrictStr | None = Field(
         default=None,
@@ -788,6 +899,27 @@ class CacheOptions(Frozen):
     def previous_given(self) -> bool:
         """Whether the request names its previous turn (an id, or ``null`` for a first turn)."""
         return "previous_preparation_id" in self.model_fields_set
+
+    def conflict(self) -> tuple[str, str] | None:
+        """The field and words of a combination the providers refuse or that caches nothing
+        (``PrepareRequest`` reports it at ``cache.<field>``); ``None`` when there is none."""
+        if self.mode == "explicit" and not self.breakpoints:
+            return "mode", (
+                "mode 'explicit' turns OpenAI's own breakpoint off, so without breakpoints: true "
+                "nothing would be cached"
+            )
+        if self.mode == "explicit" and self.retention is not None:
+            return "mode", (
+                "mode 'explicit' needs the plan's breakpoints, which are never sent with "
+                "retention (OpenAI refuses prompt_cache_options.ttl beside "
+                "prompt_cache_retention): leave one of them out"
+            )
+        if self.instructions_ttl == "5m" and self.ttl == "1h":
+            return "instructions_ttl", (
+                "Anthropic takes 1-hour markers before 5-minute ones: the instructions' marker "
+                "comes first, so it cannot be 5m when ttl is 1h"
+            )
+        return None
 
 
 MAX_MESSAGES: Final = 10_000
@@ -1209,6 +1341,23 @@ class PrepareRequest(Frozen):
                 "response_reserve",
                 f"render {self.render!r} carries the reserve as the frame's output limit: "
                 "'response_reserve' plus 'assembly.reasoning_reserve_tokens' must be at least 1",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cache_combination(self) -> PrepareRequest:
+        conflict = None if self.cache is None else self.cache.conflict()
+        if conflict is not None:
+            raise _field_error(f"cache.{conflict[0]}", conflict[1])
+        return self
+
+    @model_validator(mode="after")
+    def _native_compaction_render(self) -> PrepareRequest:
+        if self.options.compaction.mode == "native" and self.render not in NATIVE_COMPACTION:
+            raise _field_error(
+                "assembly.compaction.mode",
+                f"render {self.render!r} has no provider compaction: mode 'native' needs render "
+                "'anthropic' or 'openai-responses'",
             )
         return self
 

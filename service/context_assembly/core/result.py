@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, TypeAdapter
 
+from context_assembly.core.compaction import CompactionReport
 from context_assembly.core.request import Frozen, Render
 from context_assembly.core.select import Reason, Status
 from context_assembly.core.sources import FailureCause, SourceKind, SourceStatus
@@ -271,7 +272,10 @@ class SourceReport(Frozen):
 CachePart = Literal["model", "tools", "instructions", "layout", "history"]
 BreakpointAfter = Literal["tools", "instructions", "history", "end"]
 CacheTtl = Literal["5m", "1h"]
-SkipReason = Literal["below_minimum", "unstable_in_layout", "limit"]
+BreakpointTtl = Literal["5m", "1h", "30m"]
+SkipReason = Literal[
+    "below_minimum", "unstable_in_layout", "limit", "not_markable", "automatic", "retention"
+]
 
 
 class FirstChange(Frozen):
@@ -297,7 +301,10 @@ class CacheBreakpoint(Frozen):
         "`transcript` only)."
     )
     tokens: int = Field(description="The tokens of the prefix up to and including it.")
-    ttl: CacheTtl = Field(description="The marker's lifetime.")
+    ttl: BreakpointTtl = Field(
+        description="The marker's lifetime: `5m` or `1h` (Anthropic), `30m` (OpenAI's default, "
+        "the shortest it keeps an entry)."
+    )
     message: int | None = Field(
         default=None,
         exclude_if=_unset,
@@ -312,7 +319,47 @@ class SkippedBreakpoint(Frozen):
     reason: SkipReason = Field(
         description="`below_minimum`: the tokens up to it are under the model's minimum "
         "cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. "
-        "`limit`: more markers than the provider takes."
+        "`limit`: more markers than the provider takes. `not_markable`: OpenAI takes no "
+        "breakpoint there (on tool definitions, on an assistant message, on a part of another "
+        "kind). `automatic`: the provider's own marker ends the frame there (Anthropic's "
+        "automatic caching, OpenAI's implicit mode), counted in `cacheable_tokens`. "
+        "`retention`: OpenAI breakpoints are not sent with `prompt_cache_retention`."
+    )
+
+
+class CacheControlDirective(Frozen):
+    """Anthropic's top-level `cache_control`: automatic caching of the request's last block."""
+
+    type: Literal["ephemeral"] = Field(description="Always `ephemeral`.")
+    ttl: CacheTtl | None = Field(
+        default=None, exclude_if=_unset, description="`1h`; absent for the 5-minute default."
+    )
+
+
+class DiagnosticsDirective(Frozen):
+    """Anthropic's request `diagnostics`: the provider compares this request with the one that
+    answered `previous_message_id` and says why its cache missed."""
+
+    previous_message_id: str | None = Field(
+        description="The previous turn's response id (`msg_…`) from its usage report; `null` on "
+        "a first turn or when no report named one (the provider then only keeps this request's "
+        "fingerprint for the next turn)."
+    )
+
+
+class PromptCacheOptionsDirective(Frozen):
+    """OpenAI's `prompt_cache_options` (models with `explicit_cache_breakpoints` only)."""
+
+    mode: Literal["explicit"] | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="`explicit`: no breakpoint of OpenAI's own (absent: its implicit default).",
+    )
+    comparison_response_id: str | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The previous turn's response id (`resp_…`) the provider compares this "
+        "request with (Responses only, with `cache.diagnostics`).",
     )
 
 
@@ -351,17 +398,37 @@ class CacheReport(Frozen):
         description="The `prompt_cache_retention` (OpenAI and neutral renders, when "
         "`cache.retention` is set).",
     )
+    prompt_cache_options: PromptCacheOptionsDirective | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The `prompt_cache_options` (OpenAI and neutral renders, models with "
+        "`explicit_cache_breakpoints`, when there is one to send).",
+    )
+    cache_control: CacheControlDirective | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The top-level `cache_control` (Anthropic and neutral renders, with "
+        "`cache.automatic`).",
+    )
+    diagnostics: DiagnosticsDirective | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The request's `diagnostics` (Anthropic and neutral renders, with "
+        "`cache.diagnostics`).",
+    )
 
 
 class ManifestWarning(Frozen):
     """A fact about how the frame was made that the caller may not expect."""
 
-    code: Literal["unknown_model", "estimate_over_window"] = Field(
+    code: Literal["unknown_model", "estimate_over_window", "compaction_failed"] = Field(
         description="`unknown_model`: the model is not in the registry; its tokens are counted "
         "with the conservative estimate and its window is the request's or the fallback. "
         "`estimate_over_window`: the estimated count is over the window but the provider's may "
         "not be (it would fit were the estimated part half its size): the frame is not refused; "
-        "it carries the protected data only, and the provider's count decides."
+        "it carries the protected data only, and the provider's count decides. "
+        "`compaction_failed`: `summarize` decided to compact but the summarizer failed (or "
+        "there was nothing to fold): the frame is sent uncompacted."
     )
     detail: str = Field(
         description="The same in words, naming the model and the known names nearest to it."
@@ -455,6 +522,12 @@ class SelectionReport(Frozen):
         default=None,
         exclude_if=_unset,
         description="The output limit a provider-shaped frame carries (absent for `neutral`).",
+    )
+    compaction: CompactionReport | None = Field(
+        default=None,
+        exclude_if=_unset,
+        description="The context pressure of the call and the compaction decision "
+        "(docs/compaction.md); absent in records stored before it was reported.",
     )
     warnings: list[ManifestWarning] = Field(
         default_factory=list,

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, TypeVar
 
 import orjson
 
@@ -43,11 +43,12 @@ from context_assembly.core.counting import (
     ModelProfile,
     TokenCounter,
     block_piece,
-    count_text_message,
+    count_joined,
 )
 from context_assembly.core.request import Block
 from context_assembly.errors import AssemblyOverflowError, ContextOverflowError, InvalidError
 
+T = TypeVar("T")
 Status = Literal["selected", "projected", "omitted"]
 Reason = Literal[
     "protected",
@@ -64,8 +65,12 @@ Reason = Literal[
     "binary_content",
 ]
 
-DATA_OPEN = '{"context_data":['
-DATA_CLOSE = "]}"
+# The data message's layout: one block a line, each line starting at a split of the tokenizers'
+# pre-tokenisers (after a newline) and each piece ending at one (before a space), so that its
+# exact count is the sum of its parts' counts (``count_joined``; module doc of ``_render``).
+DATA_OPEN = '{"context_data":[\n'
+DATA_CLOSE = " ]}"  # closes a source's blocks and segment, then the message's list and object
+SEPARATOR = " ,\n"  # between two blocks, and between two sources' segments
 DATA_ROLE = "user"
 
 # Block states during selection (index-based: the hot loop avoids dict lookups by id).
@@ -116,7 +121,7 @@ def _count_block(count: Callable[[str], int], block: Block) -> tuple[int, int]:
 
 
 def _source_open(source: str) -> str:
-    return '{"source":' + orjson.dumps(source).decode() + ',"blocks":['
+    return '{"source":' + orjson.dumps(source).decode() + ',"blocks":[\n'
 
 
 class _Plan:
@@ -133,6 +138,7 @@ class _Plan:
         "proj",
         "protected_roots",
         "qids",
+        "separator",
         "source_names",
         "src",
         "wrapper",
@@ -147,12 +153,17 @@ class _Plan:
     ) -> None:
         count = counter.count
         close = count(DATA_CLOSE)
-        self.message = profile.tokens_per_message + count(DATA_ROLE) + count(DATA_OPEN) + close
+        # Each block is charged its piece and one separator; n blocks have n - 1 separators, so
+        # the envelope gives one back (a source's sum is over its segment by that one). Where
+        # the counter splits at every join of the message (``count_joined``) the sums are the
+        # exact count; elsewhere they estimate, and the one exact count of the message confirms.
+        self.separator = separator = count(SEPARATOR)
+        self.message = (
+            profile.tokens_per_message + count(DATA_ROLE) + count(DATA_OPEN) + close - separator
+        )
         self.source_names = list(sources)
         source_index = {name: i for i, name in enumerate(self.source_names)}
-        # Each separator comma is charged one token: the per-block sums stay an upper bound in
-        # practice, and the one exact count of the rendered message confirms.
-        self.wrapper = [count(_source_open(name)) + close + 1 for name in self.source_names]
+        self.wrapper = [count(_source_open(name)) + close for name in self.source_names]
         self.nodes = sorted(graph.values(), key=_RANK)
         self.qids = [node.qid for node in self.nodes]
         self.index = index = {qid: i for i, qid in enumerate(self.qids)}
@@ -173,9 +184,9 @@ class _Plan:
             tuple([index[d] for d in node.deps if d in index]) if node.deps else ()
             for node in nodes
         ]
-        # Each separator comma is charged one token (see the wrapper comment above).
-        self.full: list[int] = [full + 1 for full, _ in counts]
-        self.proj: list[int] = [proj + 1 if proj >= 0 else -1 for _, proj in counts]
+        # Each piece with its separator (see the envelope's comment above).
+        self.full: list[int] = [full + separator for full, _ in counts]
+        self.proj: list[int] = [proj + separator if proj >= 0 else -1 for _, proj in counts]
         # For the availability fast path: any dependency outside the graph, any expiry at all.
         self.missing_deps = sum(map(len, self.deps)) != sum([len(node.deps) for node in nodes])
         self.expiries = [node.expires_at for node in nodes if node.expires_at is not None]
@@ -655,50 +666,81 @@ def _render(
     source_limits: Mapping[str, int],
 ) -> tuple[str | None, int, dict[str, int]]:
     """The data message content, its exact token count, and the exact count of each entered
-    source segment that has a limit (the only ones a limit check needs)."""
-    by_source: dict[int, list[tuple[Block, bool]]] = {}
-    nodes = plan.nodes
+    source segment that has a limit (the only ones a limit check needs).
+
+    Counted from its parts (``count_joined``): each piece's count is the plan's (what
+    ``count_blocks`` counted: ``block_piece``, the very text rendered here), each framing
+    string's the counter's (short, and the same on every turn: cached). With a counter that
+    splits at every join (tiktoken: the layout puts them after a newline or before a space),
+    that is their sum, with no count of the whole message; else one count of the whole text."""
+    by_source: dict[int, list[int]] = {}
     for i in order:
-        by_source.setdefault(plan.src[i], []).append((nodes[i].block, state[i] == _PROJ))
+        by_source.setdefault(plan.src[i], []).append(i)
     if not by_source:
         return None, 0, {}
-    segments = [(name, by_source[s]) for s, name in enumerate(plan.source_names) if s in by_source]
-    source_tokens = {
-        name: counter.count(_segment_json(name, pieces))
-        for name, pieces in segments
-        if name in source_limits
-    }
-    content = data_message(segments)
-    return content, count_text_message(DATA_ROLE, content, counter, profile), source_tokens
+    count, nodes, separator = counter.count, plan.nodes, plan.separator
+    close = count(DATA_CLOSE)
+    segments: list[list[str]] = []
+    segment_counts: list[list[int]] = []  # the same layout, part by part, in tokens
+    source_tokens: dict[str, int] = {}
+    for s, name in enumerate(plan.source_names):
+        entered = by_source.get(s)
+        if entered is None:
+            continue
+        pieces = [_piece(nodes[i].block, state[i] == _PROJ) for i in entered]
+        costs = [plan.proj[i] if state[i] == _PROJ else plan.full[i] for i in entered]
+        parts = _segment_parts(name, pieces)
+        counts = _laid_out(count(parts[0]), [[c - separator] for c in costs], separator, close)
+        segments.append(parts)
+        segment_counts.append(counts)
+        if name in source_limits:
+            source_tokens[name] = count_joined(parts, counts, counter)
+    message = _laid_out(DATA_OPEN, segments, SEPARATOR, DATA_CLOSE)
+    message_counts = _laid_out(count(DATA_OPEN), segment_counts, separator, close)
+    content_tokens = count_joined(message, message_counts, counter)
+    tokens = profile.tokens_per_message + count(DATA_ROLE) + content_tokens
+    return "".join(message), tokens, source_tokens
 
 
-def _segment(source: str, pieces: Iterable[tuple[Block, bool]]) -> dict[str, object]:
-    """One source's segment of the data message, each block as its ``piece_object``.
-
-    The objects are those of ``piece_object``, built inline: two calls a block were a third of a
-    128-block render (a property test holds the two equal). Only a block with a projection is
-    projected.
-    """
-    return {
-        "source": source,
-        "blocks": [
-            {"id": block.id, "projected": True, "text": block.projection}
-            if projected
-            else {"id": block.id, "text": block.text}
-            for block, projected in pieces
-        ],
-    }
+def _laid_out(opener: T, items: Iterable[Sequence[T]], separator: T, closer: T) -> list[T]:
+    """``opener``, each item's parts with ``separator`` between two items, then ``closer``: the
+    layout of a segment (its pieces) and of the data message (its segments), as strings or as
+    their counts."""
+    out = [opener]
+    for k, item in enumerate(items):
+        if k:
+            out.append(separator)
+        out.extend(item)
+    out.append(closer)
+    return out
 
 
-def _segment_json(source: str, pieces: Sequence[tuple[Block, bool]]) -> str:
-    """One source's segment, as it appears in the data message."""
-    return orjson.dumps(_segment(source, pieces)).decode()
+def _piece(block: Block, projected: bool) -> str:
+    """A block's piece in the data message: its projection's when ``projected`` (only a block
+    with a projection is projected)."""
+    if projected and block.projection is not None:
+        return block_piece(block.id, block.projection, True)
+    return block_piece(block.id, block.text, False)
+
+
+def _segment_parts(source: str, pieces: Sequence[str]) -> list[str]:
+    """One source's segment of the data message, in parts: its opening line, then its pieces."""
+    return _laid_out(_source_open(source), [[piece] for piece in pieces], SEPARATOR, DATA_CLOSE)
 
 
 def data_message(segments: Iterable[tuple[str, Iterable[tuple[Block, bool]]]]) -> str:
-    """The data message content: ``{"context_data":[{"source":..,"blocks":[..]},..]}``,
-    segments in the given (source) order, in one serialisation (each segment's pieces are
-    read once, so an iterator will do)."""
-    return orjson.dumps(
-        {"context_data": [_segment(source, pieces) for source, pieces in segments]}
-    ).decode()
+    """The data message content, segments in the given (source) order, each block as its
+    ``block_piece`` on a line of its own (see ``_piece``)::
+
+        {"context_data":[
+        {"source":"memory","blocks":[
+        {"id":"m1","text":"..."} ,
+        {"id":"m2","projected":true,"text":"..."} ]} ,
+        {"source":"docs","blocks":[
+        {"id":"d1","text":"..."} ]} ]}
+    """
+    segment_parts = [
+        _segment_parts(source, [_piece(block, projected) for block, projected in pieces])
+        for source, pieces in segments
+    ]
+    return "".join(_laid_out(DATA_OPEN, segment_parts, SEPARATOR, DATA_CLOSE))

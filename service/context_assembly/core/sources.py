@@ -30,8 +30,8 @@ SkipReason = Literal["binary_content"]
 FAILED_STATUSES = frozenset(
     {"timeout", "error", "invalid", "too_large", "skipped_deadline", "rejected"}
 )
-# What made a contributor call fail, as the contributor calls classify it (contributors/calls.py,
-# mcp.py, mcp_exchange.py; preparations/targets.py for the block rules and inline URLs). A name
+# What made a contributor call fail, as the contributor calls classify it (contributors/failures.py,
+# calls.py, mcp*.py; preparations/targets.py for the block rules and inline URLs). A name
 # for programs, beside the status; the words of ``SourceFailure.detail`` say the same for people.
 FailureCause = Literal[
     "connect_refused",  # nothing listens on the port

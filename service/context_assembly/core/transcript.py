@@ -42,6 +42,7 @@ Kind = Literal["turn", "data", "cleared_turn", "cleared_data"]
 
 CLEARED_TURN: Final = "[The notes of an earlier turn were cleared here.]"
 CLEARED_DATA: Final = "[Context data of an earlier turn was cleared here; current data follows.]"
+CLEARED_DATA_MESSAGE: Final = Message(role=DATA_ROLE, content=CLEARED_DATA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,19 @@ def rebuild(
         cleared = Insertion(insertion.at, kind, text_hash(text))
         rebuilt.append(Rebuilt(cleared, Message(role=role, content=text), True))
     return rebuilt
+
+
+def clear_data_messages(rebuilt: Iterable[Rebuilt]) -> list[Rebuilt]:
+    """``rebuilt`` with every data message cleared (compaction clearing, docs/compaction.md): all
+    of them at once, so the prefix changes once, and cleared from then on."""
+    out = []
+    for item in rebuilt:
+        if item.insertion.kind != "data":
+            out.append(item)
+            continue
+        cleared = Insertion(item.insertion.at, "cleared_data", text_hash(CLEARED_DATA))
+        out.append(Rebuilt(cleared, CLEARED_DATA_MESSAGE, True))
+    return out
 
 
 def _text(message: Message) -> str:

@@ -339,6 +339,8 @@ def accounting_observation(
     response_id: str | None = None,
     diagnostics: Mapping[str, Any] | None = None,
     cost: Mapping[str, Any] | None = None,
+    miss_cause: str | None = None,
+    rebilled_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The accounting record of one usage report (``last`` / ``auxiliary``, docs/contract.md, "Accounting").
 
@@ -349,7 +351,9 @@ def accounting_observation(
     ``None`` for a repair call and for a preparation made before the figure existed.
     ``response_id`` and ``diagnostics`` are the provider's response id and cache diagnostics
     object as the report named them (``None``: it named none). ``cost`` is what the report cost
-    (``preparations/costs.py``; ``None``: it cannot be priced).
+    (``preparations/costs.py``; ``None``: it cannot be priced). ``miss_cause`` and
+    ``rebilled_tokens`` are a main call's cache miss and the input tokens it billed again
+    (``preparations/turns.rebilled``; ``None`` for another call).
     """
     provider_input = normalized.provider_input_tokens
     return {
@@ -367,5 +371,7 @@ def accounting_observation(
         "output_tokens": normalized.output_tokens,
         "response_id": response_id,
         "diagnostics": None if diagnostics is None else dict(diagnostics),
+        "miss_cause": miss_cause,
+        "rebilled_tokens": rebilled_tokens,
         "cost": None if cost is None else dict(cost),
     }

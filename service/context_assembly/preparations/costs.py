@@ -5,6 +5,10 @@ registry entry the preparation's model resolves to, ``tokens/prices.py``) and th
 Anthropic cache writes: the report's own ``cache_creation`` split when it gives one, else the
 time to live the preparation's cache plan asked for (every marker of a plan has the same one).
 A model without a price, or a report whose buckets it cannot price, costs ``None``.
+
+A main call's cost also says what its cache miss cost (``miss``, ``core.pricing.miss_cost``): the
+input tokens the miss billed again (``turns.rebilled``) priced as the cache reads they could have
+been, ``None`` when that figure is not known or the price has no cache read rate.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from context_assembly.core.pricing import buckets_from_normalized, price_usage
+from context_assembly.core.pricing import buckets_from_normalized, miss_cost, price_usage
 from context_assembly.core.usage import NormalizedUsage
 from context_assembly.tokens.prices import ModelPrices
 
@@ -24,8 +28,10 @@ def report_cost(
     usage: Mapping[str, Any],
     normalized: NormalizedUsage,
     planned_ttl: str,
+    rebilled_tokens: int | None = None,
 ) -> dict[str, Any] | None:
-    """The cost of one report as the accounting keeps it (USD per bucket and in total), or
+    """The cost of one report as the accounting keeps it (USD per bucket and in total, and what
+    its ``rebilled_tokens`` cost over reading them from the cache: ``None`` when not given), or
     ``None`` when it cannot be priced."""
     found = prices.lookup(model)
     if found is None:
@@ -36,8 +42,11 @@ def report_cost(
     except ValueError:
         return None  # parts that do not add up: nothing to price them by
     cost = None if buckets is None else price_usage(found.rates, buckets)
-    if cost is None:
+    if cost is None or buckets is None:
         return None
+    missed = None
+    if rebilled_tokens is not None:
+        missed = miss_cost(found.rates, buckets, rebilled_tokens)
     return {
         "currency": "USD",
         "uncached_input": float(cost.uncached_input),
@@ -47,6 +56,7 @@ def report_cost(
         "cache_write": float(cost.cache_write),
         "output": float(cost.output),
         "total": float(cost.total),
+        "miss": None if missed is None else float(missed),
         "long_context": cost.long_context,
         "price": found.entry.name,
         "price_source": found.origin,

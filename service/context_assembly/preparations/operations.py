@@ -25,20 +25,21 @@ from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.core import cache, calibration
 from context_assembly.core.anchor import Anchor
-from context_assembly.core.fingerprint import message_hashes, text_hash
+from context_assembly.core.assemble import Assembly
+from context_assembly.core.fingerprint import text_hash
+from context_assembly.core.pricing import PriceRates
 from context_assembly.core.request import PrepareRequest
 from context_assembly.core.sources import SourceSetup, materialised_inputs, plan_sources
-from context_assembly.core.usage import accounting_observation, normalize_usage
 from context_assembly.engine import (
-    cache_minimum,
+    ModelContext,
+    cache_model,
     local_time,
     model_context,
     rfc3339,
     to_response,
 )
-from context_assembly.errors import InvalidError, StoreUnavailableError
+from context_assembly.errors import StoreUnavailableError
 from context_assembly.lifecycle_models import (
-    AccountingReport,
     BudgetResponse,
     PreparationView,
     RepairRequest,
@@ -46,20 +47,20 @@ from context_assembly.lifecycle_models import (
     Timeline,
     TimelineTurn,
     UsageRequest,
-    UsageResponse,
     ValidateRequest,
     ValidateResponse,
 )
 from context_assembly.offload import large_inputs, off_loop, run_assembly_async
 from context_assembly.preparations import turns
 from context_assembly.preparations.clock import Clock
-from context_assembly.preparations.costs import report_cost
+from context_assembly.preparations.folding import fold
 from context_assembly.preparations.record import (
     MAX_SHOWN_ID,
     Prepared,
     StoredPreparation,
     new_preparation_id,
     not_found,
+    pointer_data,
     record_of,
 )
 from context_assembly.preparations.repair import repair_frame
@@ -71,7 +72,8 @@ from context_assembly.preparations.staleness import (
     stale,
 )
 from context_assembly.preparations.targets import Contributors
-from context_assembly.storage import Accounting, PreparationRecord, Slot, Store
+from context_assembly.preparations.usage import RecordedUsage, accounting_report, record_usage
+from context_assembly.storage import PreparationRecord, Store
 from context_assembly.tokens.prices import ModelPrices
 from context_assembly.tokens.registry import ModelRegistry
 
@@ -93,14 +95,6 @@ class Breakdown:
     turn: TimelineTurn
     legacy_views: list[str] | None
     min_cacheable_tokens: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedUsage:
-    """What ``usage`` answers, and whether this call applied the report (``False``: a repeat)."""
-
-    response: UsageResponse
-    applied: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +125,8 @@ class Round:
     history_hashes: list[str] | None = None
     anchor: Anchor | None = None  # the previous turn's provider count (``core/anchor.py``)
     calibration: float | None = None  # the estimate's factor (``core/calibration.py``)
+    # The previous turn's provider response id, named with ``cache.diagnostics``.
+    previous_response: str | None = None
 
 
 class Preparations:
@@ -174,6 +170,11 @@ class Preparations:
             self.prices = prices
         self.contributors.reconfigure(settings)
 
+    def _price_of(self, model: str) -> PriceRates | None:
+        """A model's rates (``None``: no price), for the compaction decision."""
+        found = self.prices.lookup(model)
+        return None if found is None else found.rates
+
     async def aclose(self) -> None:
         """Drop the MCP contributors' sessions; at shutdown, before the client is closed."""
         await self.contributors.aclose()
@@ -204,6 +205,9 @@ class Preparations:
             budget_ms=request.options.timeout_ms,
             anchor=anchor,
             calibration=factor,
+            previous_response=await turns.previous_response_id(
+                self.store, tenant, before, request, self.clock.wall()
+            ),
         )
         prepared, stored = await self._round(tenant, request, setups, step, large_body=large_body)
         data = stored.dump()
@@ -212,7 +216,7 @@ class Preparations:
                 id=step.prep_id, tenant=tenant, data=data, expires_at=step.expires.timestamp()
             ),
             latest_of=turns.scope_key(tenant, request.scope),
-            latest_data=data["cache"],  # the pointer carries the turn (``turns.previous``)
+            latest_data=pointer_data(data),  # the pointer carries the turn (``turns.previous``)
         )
         return prepared
 
@@ -228,6 +232,10 @@ class Preparations:
         """The pipeline of a prepare and of a refresh (``setups``: ``plan_sources(request)``):
         contributors, assembly, the turn's cache plan against ``step.before``, the answer and
         its record (which the caller writes)."""
+        compaction_options = request.options.compaction
+        summarizer = None
+        if compaction_options.summarizer is not None:  # a 422 before any call when unknown
+            summarizer = self.contributors.summarizer(tenant, compaction_options.summarizer)
         collected = await self.contributors.collect(
             tenant,
             request,
@@ -237,19 +245,38 @@ class Preparations:
             attempt=step.attempt,
             model=step.pinned,
         )
-        assembly, ctx = await run_assembly_async(
-            request,
-            setups,
-            collected.inputs,
-            large_body=large_body,
-            now=self.clock.now(),
-            tenant=tenant,
-            registry=self.registry,
-            pin_model=step.pinned if request.models is not None else None,
-            anchor=step.anchor,
-            prior=None if step.before.part is None else step.before.part.prior(),
-            calibration=step.calibration,
-        )
+
+        async def assemble(sent: PrepareRequest) -> tuple[Assembly, ModelContext]:
+            return await run_assembly_async(
+                sent,
+                setups,
+                collected.inputs,
+                large_body=large_body,
+                now=self.clock.now(),
+                tenant=tenant,
+                registry=self.registry,
+                pin_model=step.pinned if request.models is not None else None,
+                anchor=step.anchor,
+                prior=None if step.before.part is None else step.before.part.prior(),
+                calibration=step.calibration,
+                compacted=step.before.compacted,
+                prices=self._price_of,
+            )
+
+        assembly, ctx = await assemble(request)
+        decided = assembly.selection.compaction
+        if summarizer is not None and decided is not None and decided.decision == "compact":
+            assembly, ctx = await fold(
+                self.contributors,
+                request,
+                assembly,
+                ctx,
+                summarizer,
+                prep_id=step.prep_id,
+                attempt=step.attempt,
+                budget_ms=step.budget_ms - collected.used_ms,
+                assemble=assemble,
+            )
         if not ctx.known:
             log.warning(
                 "unknown_model",
@@ -261,8 +288,9 @@ class Preparations:
         def conclude() -> tuple[Prepared, StoredPreparation]:
             # The answer and its record (hashes and dumps of the whole frame): off the loop for
             # a large request, as its assembly was.
-            sent = message_hashes(request.history_messages)
-            minimum = cache_minimum(request, ctx, self.registry)
+            sent = list(assembly.caller_history_hashes)
+            facts = cache_model(request, ctx, self.registry)
+            minimum = facts.minimum
             turn = cache.turn(
                 request,
                 assembly,
@@ -272,7 +300,11 @@ class Preparations:
                 previous_preparation_id=step.before.id,
                 previous=step.before.digests,
                 key_secret=self.cache_key_secret,
-                history_digests=sent[assembly.budget.history_dropped_messages :],
+                provider=facts.provider,
+                explicit=facts.explicit,
+                previous_response_id=step.previous_response,
+                # The history as the frame sends it (compaction may clear or leave out part).
+                history_digests=assembly.conversation_hashes[: len(assembly.history)],
             )
             response = to_response(
                 request,
@@ -297,6 +329,7 @@ class Preparations:
                     assembly=assembly,
                     model=ctx.model,
                     minimum=minimum,
+                    explicit=cache.openai_explicit(request.render, facts.provider, facts.explicit),
                 ),
                 answered=collected.answered(),
                 used_ms=step.used_ms + collected.used_ms,
@@ -350,9 +383,9 @@ class Preparations:
     def _view(found: Found) -> PreparationView:
         return PreparationView.model_validate(
             {
-                **found.stored.response.model_dump(mode="json"),
+                **found.stored.response.known(),
                 "refresh_used": found.record.refresh_used,
-                "accounting": _accounting(found.stored, found.record.accounting),
+                "accounting": accounting_report(found.stored, found.record.accounting),
             }
         )
 
@@ -408,17 +441,21 @@ class Preparations:
             raise stale(reasons, prep_id, hint=REFRESH_HINT)
         # A refresh is the same turn: the original's ``cache`` object and previous turn.
         request = request.model_copy(update={"cache": turns.stored_options(stored)})
+        before = await turns.load(
+            self.store, tenant, turns.stored_previous(stored), self.clock.wall()
+        )
         step = Round(
             prep_id=prep_id,
             attempt=2,
             expires=datetime.fromtimestamp(found.record.expires_at, UTC),
-            before=await turns.load(
-                self.store, tenant, turns.stored_previous(stored), self.clock.wall()
-            ),
+            before=before,
             budget_ms=stored.timeout_ms - stored.used_ms,
             used_ms=stored.used_ms,
             pinned=stored.model,
             history_hashes=stored.history_hashes,
+            previous_response=await turns.previous_response_id(
+                self.store, tenant, before, request, self.clock.wall()
+            ),
         )
         setups = plan_sources(request)
         prepared, new = await self._round(tenant, request, setups, step, large_body=large_body)
@@ -446,7 +483,7 @@ class Preparations:
                 self.clock.wall(),
                 expected_version=current.record.version,
                 latest_of=latest_of,
-                latest_data=data["cache"],
+                latest_data=pointer_data(data),
             ):
                 return
             current = await self._record(tenant, found.record.id)
@@ -492,87 +529,17 @@ class Preparations:
 
     @tracing.traced("usage")
     async def usage(self, tenant: str, prep_id: str, body: UsageRequest) -> RecordedUsage:
-        """Record one provider usage report; the same ``report_id`` twice changes nothing.
-
-        A ``report_id`` the record already holds is answered from it before the body is read
-        again, so a repeat answers the same whatever it carries. A new one over
-        ``limits.max_usage_reports`` for this preparation is refused (422): the reports are
-        kept for idempotency and every lifecycle call reads them.
-        """
+        """Record one provider usage report; the same ``report_id`` twice changes nothing
+        (``usage.record_usage``)."""
         found = await self._record(tenant, prep_id)
-        stored = found.stored
-        seen = found.record.reports.get(body.report_id)
-        if seen is not None:
-            return RecordedUsage(_usage_response(prep_id, stored, seen), applied=False)
-        normalized = normalize_usage(body.provider, body.usage)
-        estimate = stored.estimated_input_tokens
-        if body.call == "repair" and stored.repair_estimated_input_tokens is not None:
-            estimate = stored.repair_estimated_input_tokens
-        observation = accounting_observation(
-            normalized,
-            estimate,
-            body.provider,
-            body.call,
-            body.report_id,
-            rfc3339(self.clock.now()),
-            expected_cached_tokens=None if body.call == "repair" else turns.expected_of(stored),
-            response_id=body.response_id,
-            diagnostics=body.diagnostics,
-            cost=report_cost(
-                self.prices, stored.model, body.provider, body.usage, normalized, _ttl(stored)
-            ),
+        return await record_usage(
+            self.store,
+            tenant,
+            prep_id,
+            found.record,
+            found.stored,
+            body,
+            prices=self.prices,
+            clock=self.clock,
+            max_reports=self.settings.limits.max_usage_reports,
         )
-        slot: Slot = "auxiliary" if body.call == "repair" else "last"
-        limit = self.settings.limits.max_usage_reports
-        result = await self.store.record_usage(
-            tenant, prep_id, body.report_id, slot, observation, self.clock.wall(), max_reports=limit
-        )
-        if result.status == "full":
-            raise InvalidError(
-                f"preparation {prep_id} already holds {limit} usage reports"
-                " (limits.max_usage_reports)",
-                max_usage_reports=limit,
-            )
-        if result.status == "missing" or result.accounting is None:
-            raise not_found(prep_id)
-        if result.status == "applied" and body.call == "main":
-            await self._calibrate(tenant, stored, normalized.provider_input_tokens)
-        return RecordedUsage(
-            _usage_response(prep_id, stored, result.accounting),
-            applied=result.status == "applied",
-        )
-
-    async def _calibrate(
-        self, tenant: str, stored: StoredPreparation, provider_input: int | None
-    ) -> None:
-        """Keep the ratio a main call's report observes on a wholly estimated count
-        (``core/calibration.py``), under the model's registry entry. An anchored count is not
-        observed: the provider's figure it anchored on also holds the previous turn's own
-        messages, so its estimated rest cannot be told apart exactly."""
-        budget = stored.response.budget
-        if budget.get("count_source") not in ("estimate", "calibrated"):
-            return
-        ratio = calibration.observed_ratio(
-            provider_input, budget.get("estimated_tokens"), budget.get("calibration_factor")
-        )
-        if ratio is not None:
-            model = stored.response.selection.get("model_entry") or stored.model
-            await self.store.calibration(tenant, model, ratio)
-
-
-def _ttl(stored: StoredPreparation) -> str:
-    """The time to live the preparation's cache plan asked for (``5m`` unless it said ``1h``)."""
-    options = None if stored.cache is None else stored.cache.options
-    return "1h" if options is not None and options.get("ttl") == "1h" else "5m"
-
-
-def _accounting(stored: StoredPreparation, accounting: Accounting) -> AccountingReport:
-    return AccountingReport.model_validate(
-        {"estimated_input_tokens": stored.estimated_input_tokens, **accounting.as_dict()}
-    )
-
-
-def _usage_response(
-    prep_id: str, stored: StoredPreparation, accounting: Accounting
-) -> UsageResponse:
-    return UsageResponse(preparation_id=prep_id, accounting=_accounting(stored, accounting))

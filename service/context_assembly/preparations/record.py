@@ -23,32 +23,74 @@ rolling deploy a replica reads what the previous version wrote):
   The scope's latest pointer carries the record's ``cache`` turn; one written with the first
   cache turns carries nothing (``{}``), and the turn is then read from the record.
 
-``tests/storage/fixtures`` holds a record of each shape, written by the version that wrote it.
-A part holds the fields it does not know (``extra="allow"``): a record a newer replica wrote
-keeps them through a read and a write (repair) here.
+``tests/storage/fixtures`` holds a record of each shape, written by the version that wrote it,
+and one of a later version (``newer-record-v3.json``); a test puts each into SQLite and Redis and
+sends it through every lifecycle call.
+
+The record's parts are the answer's own models (``BudgetReport``, ``SelectionReport``, ``Scope``,
+``CacheOptions``, ``ContributorRef``, ``NamedChange``...), read with ``extra="allow"`` at every
+depth: a field this version does not know is kept, and written back as it was by a repair, the
+one call that writes a record it read (``Part.dump``).
+
+What a version means: ``record_version`` is raised only by a change an older reader would
+misread: a field removed, renamed or read another way, or a value a closed set of its models
+does not have (a new status or reason). A field added, with a default that reads as "not kept",
+keeps the version: an older replica reads such a record as its own (that is how
+``previous_cacheable_tokens`` and ``compaction`` came in). So a record of a version above
+``RECORD_VERSION`` is one this version cannot read: it is refused, never read as if it were
+ours. ``StoredPreparation.read`` and ``TurnRecord.read`` raise ``RecordTooNewError``
+(``503 RECORD_TOO_NEW``: during a rolling deploy a replica of the newer version can answer, and
+the clients retry a 503), and a prepare whose previous turn is such a record compares with
+nothing (``turns.load``). The scope's latest pointer carries the writer's ``record_version``
+beside the turn (``pointer_data``) for the same check.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import secrets
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, Self, get_args
 
 import orjson
-from pydantic import BaseModel, ConfigDict, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    TypeAdapter,
+    field_serializer,
+    model_validator,
+)
+from pydantic_core import to_jsonable_python
 
+from context_assembly.core import compaction
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.cache import PrefixDigests
 from context_assembly.core.fingerprint import digest
-from context_assembly.core.request import ContributorRef, PrepareRequest, Render, Revision
-from context_assembly.core.result import DecisionTally, PrepareResponse, decision_tally
+from context_assembly.core.request import (
+    CacheOptions,
+    ContributorRef,
+    NativeHistory,
+    PrepareRequest,
+    Render,
+    Revision,
+    Scope,
+)
+from context_assembly.core.result import (
+    BudgetReport,
+    CacheBreakpoint,
+    DecisionTally,
+    FirstChange,
+    PrepareResponse,
+    SelectionReport,
+    decision_tally,
+)
 from context_assembly.core.transcript import Insertion, Prior
 from context_assembly.engine import ModelContext
-from context_assembly.errors import NotFoundError
-from context_assembly.lifecycle_models import ExpectedReason
+from context_assembly.errors import NotFoundError, RecordTooNewError
+from context_assembly.lifecycle_models import ExpectedReason, NamedChange
 from context_assembly.preparations.shape import shape_hash
 from context_assembly.storage import PreparationRecord
 
@@ -80,20 +122,112 @@ _REF_FIELDS: Final = {"__all__": {"source", "endpoint", "url", "kind", "resource
 
 
 class Part(BaseModel):
-    """A part of a record: immutable, and keeping the fields it does not know."""
+    """A part of a record: immutable, and keeping the fields it does not know, at any depth."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
+    @classmethod
+    def load(cls, data: object) -> Self:
+        """``data`` as this part, keeping every field it does not know: the answer's models
+        inside refuse them on the wire, and take them here (``extra="allow"`` at every depth)."""
+        return cls.model_validate(data, extra="allow")
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON object the store keeps, with the fields it was read with and does not know
+        (a part made here has none: only its models are looked through, not its values)."""
+        data = self.model_dump(mode="json")
+        kept: dict[str, Any] = _with_unknown(self, data) if _holds_unknown(self) else data
+        return kept
+
+
+def _holds_unknown(value: object) -> bool:
+    """Whether a model in ``value`` whose fields are closed holds a field it does not know (a
+    part's own are in its JSON already)."""
+    if isinstance(value, BaseModel):
+        if value.__pydantic_extra__ and value.model_config.get("extra") != "allow":
+            return True
+        nested = _nested(type(value))
+        return bool(nested) and any(_holds_unknown(getattr(value, name)) for name in nested)
+    if isinstance(value, list | tuple):
+        return any(_holds_unknown(item) for item in value)
+    if isinstance(value, Mapping):
+        return any(_holds_unknown(item) for item in value.values())
+    return False
+
+
+def _with_unknown(value: object, dumped: Any) -> Any:
+    """``dumped`` (``value`` as JSON) with the fields ``value`` was read with and does not know,
+    at every depth: a model whose fields are closed (the answer's) leaves them out of its own
+    JSON."""
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        out = dict(dumped)
+        for name in _nested(type(value)):
+            if name in out:
+                out[name] = _with_unknown(getattr(value, name), out[name])
+        for key, extra in (value.__pydantic_extra__ or {}).items():
+            out.setdefault(key, to_jsonable_python(extra))
+        return out
+    if isinstance(value, list | tuple) and isinstance(dumped, list) and len(value) == len(dumped):
+        return [_with_unknown(item, done) for item, done in zip(value, dumped, strict=True)]
+    if isinstance(value, Mapping) and isinstance(dumped, dict):
+        return {key: _with_unknown(value.get(key), item) for key, item in dumped.items()}
+    return dumped
+
+
+@functools.cache
+def _nested(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of ``model`` whose type holds a model (the others hold plain values only),
+    so that a record of many block reports is looked through quickly."""
+    return tuple(
+        name for name, field in model.model_fields.items() if _holds_model(field.annotation)
+    )
+
+
+def _holds_model(annotation: object) -> bool:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return True
+    return any(_holds_model(arg) for arg in get_args(annotation))
+
+
+def _readable(record: PreparationRecord) -> None:
+    """Refuse a record of a newer version (see the module doc)."""
+    version = record.data.get("record_version")
+    if isinstance(version, int) and version > RECORD_VERSION:
+        raise RecordTooNewError(
+            f"preparation {record.id} was written by a newer version of the service (record "
+            f"version {version}; this version reads up to {RECORD_VERSION}): a replica of "
+            "that version can answer",
+            preparation_id=record.id,
+            record_version=version,
+        )
+
 
 class StoredResponse(Part):
-    """The prepare answer without its frame, as the answer had it (``GET`` shows it)."""
+    """The prepare answer without its frame, as the answer had it (``GET`` shows it): each of
+    the answer's fields but ``frame``, as the answer's models."""
 
     preparation_id: str
+    model: str
+    layout: Literal["legacy", "stable-prefix", "transcript"]
+    render: Render
+    budget: BudgetReport
+    selection: SelectionReport
+    fingerprint: str
     prefix_hash: str
+    prefix_tokens: int
     input_hash: str
-    layout: str
-    budget: dict[str, Any]
-    selection: dict[str, Any]
+    expires_at: str
+    attempt: int
+
+    @classmethod
+    def of(cls, response: PrepareResponse) -> StoredResponse:
+        """What the record keeps of ``response`` (its models as they are, not copied)."""
+        return cls.model_validate({name: getattr(response, name) for name in cls.model_fields})
+
+    def known(self) -> dict[str, Any]:
+        """Its fields as this version models them: without those it does not know, which the
+        answer's models leave out of their JSON too."""
+        return {name: getattr(self, name) for name in type(self).model_fields}
 
     @model_validator(mode="before")
     @classmethod
@@ -124,8 +258,22 @@ class StoredCacheReport(Part):
 
     previous_preparation_id: str | None = None
     prefix_kept: bool | None = None
-    first_change: dict[str, Any] | None = None
+    first_change: FirstChange | None = None
     cacheable_tokens: int = 0
+    breakpoints: list[CacheBreakpoint] = []
+
+
+class StoredCompaction(Part):
+    """What a turn keeps of its compaction decision (``core/compaction.py``): the decision, and
+    the tool calls whose results its frame sent cleared (ids only)."""
+
+    decision: str
+    reason: str | None = None
+    cleared: list[str] = []
+
+    def previous(self) -> compaction.Previous:
+        """The turn as the next turn's previous one."""
+        return compaction.Previous(acted=self.decision != "none", cleared=tuple(self.cleared))
 
 
 class StoredTurn(Part):
@@ -133,7 +281,7 @@ class StoredTurn(Part):
     scope's latest pointer carries the same object. Fields from ``turn`` on are absent (``None``)
     in records of a version 1 shape."""
 
-    options: dict[str, Any] | None = None
+    options: CacheOptions | None = None  # the request's ``cache``, as given (``_given``)
     previous_preparation_id: str | None = None
     digests: PrefixDigests
     report: StoredCacheReport
@@ -141,11 +289,15 @@ class StoredTurn(Part):
     expected_cached_tokens: int | None = None
     turn: int | None = None
     names: TurnNames | None = None
-    named_change: dict[str, Any] | None = None
+    named_change: NamedChange | None = None
     expected_reason: ExpectedReason | None = None
     since_previous_seconds: float | None = None
     lifetime_seconds: float | None = None
     min_cacheable_tokens: int | None = None
+    # The previous turn's cacheable tokens, what a miss of this turn is measured against
+    # (``turns.rebilled``); ``None`` without a previous turn, and in records written before it
+    # was kept (version 2 ones included).
+    previous_cacheable_tokens: int | None = None
     # What an anchored count of the next turn matches on (``core/anchor.py``): the frame's head
     # and the hashes of the input messages it sent (the history's are ``digests.history``).
     head_digest: str | None = None
@@ -153,6 +305,12 @@ class StoredTurn(Part):
     # The ``transcript`` layout's insertions (``core/transcript.py``: positions and digests,
     # never text); ``None`` for another layout.
     transcript: list[dict[str, Any]] | None = None
+    compaction: StoredCompaction | None = None
+
+    @field_serializer("options")
+    def _given(self, options: CacheOptions | None) -> dict[str, Any] | None:
+        """The fields the request gave, and only them: ``previous_given`` reads which are."""
+        return None if options is None else options.model_dump(mode="json", exclude_unset=True)
 
     def prior(self) -> Prior | None:
         """The turn as the previous turn of a ``transcript`` (``None``: not one)."""
@@ -175,14 +333,14 @@ class StoredPreparation(Part):
     response: StoredResponse
     model: str  # the model assembled for (the routed one under routing)
     requested_models: list[str]  # the candidates as requested (a refresh must give the same)
-    native_history: dict[str, Any] | None = None  # the native descriptor a refresh must repeat
+    native_history: NativeHistory | None = None  # the native descriptor a refresh must repeat
     scope_hash: str
-    scope: dict[str, Any]
+    scope: Scope
     render: Render
     input_len: int
     shape_hash: str
     history_hashes: list[str]  # of the original history (a refresh keeps them)
-    contributors: list[dict[str, Any]]  # how to reach each again (``CONTRIBUTOR_REFS``)
+    contributors: list[ContributorRef]  # how to reach each again (``_REF_FIELDS`` only)
     timeout_ms: float
     provider_counted_tokens: int = 0  # a native history's, which repair adds to its count
     tokenizer: str
@@ -211,18 +369,23 @@ class StoredPreparation(Part):
             "record_version": RECORD_VERSION,
         }
 
+    @field_serializer("contributors")
+    def _refs(self, refs: list[ContributorRef]) -> list[dict[str, Any]]:
+        dumped: list[dict[str, Any]] = CONTRIBUTOR_REFS.dump_python(
+            refs, mode="json", exclude_none=True
+        )
+        return dumped
+
     @classmethod
     def read(cls, record: PreparationRecord) -> StoredPreparation:
-        """What ``record``'s data means, in whatever shape it was stored."""
-        return cls.model_validate(record.data)
-
-    def dump(self) -> dict[str, Any]:
-        """The JSON object the store keeps."""
-        return self.model_dump(mode="json")
+        """What ``record``'s data means, in whatever shape of this version or an older one it
+        was stored (``RecordTooNewError`` for a newer version's)."""
+        _readable(record)
+        return cls.load(record.data)
 
     def contributor_refs(self) -> list[ContributorRef]:
         """How to reach each contributor of the preparation again."""
-        return CONTRIBUTOR_REFS.validate_python(self.contributors)
+        return self.contributors
 
 
 class _TurnResponse(BaseModel):
@@ -248,8 +411,16 @@ class TurnRecord(BaseModel):
 
     @classmethod
     def read(cls, record: PreparationRecord) -> TurnRecord:
-        """The turn part of ``record``'s data."""
-        return cls.model_validate(record.data)
+        """The turn part of ``record``'s data, its turn read as the whole record reads it
+        (``RecordTooNewError`` for a newer version's)."""
+        _readable(record)
+        return cls.model_validate(record.data, extra="allow")
+
+
+def pointer_data(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the scope's latest pointer carries of a record's ``data`` (``turns.previous``): its
+    turn, and the version that wrote it, so that a reader can tell a newer version's turn."""
+    return {**data["cache"], "record_version": data["record_version"]}
 
 
 def new_preparation_id() -> str:
@@ -272,20 +443,19 @@ class Prepared:
     """
 
     response: PrepareResponse
-    stored: dict[str, Any]
+    stored: StoredResponse
     body: bytes
     decisions: DecisionTally  # the manifest's decisions by status and reason (metrics, trace)
 
     @classmethod
     def of(cls, response: PrepareResponse) -> Prepared:
-        stored = response.model_dump(mode="json", exclude={"frame"})
         body = response.model_dump_json().encode()
+        stored = StoredResponse.of(response)
         return cls(response, stored, body, decision_tally(response.selection.blocks))
 
 
-def native(request: PrepareRequest) -> dict[str, Any] | None:
-    """The native history descriptor as the record keeps it."""
-    described = request.native_history
+def native(described: NativeHistory | None) -> dict[str, Any] | None:
+    """A native history descriptor as compared: the fields this version knows."""
     return None if described is None else described.model_dump(mode="json")
 
 
@@ -312,24 +482,25 @@ def record_of(
     whether it answered; ``history_hashes`` are the original history's (a refresh keeps them);
     ``turn`` is what the record keeps of the turn's cache plan."""
     response = prepared.response
-    scope = request.scope.model_dump(mode="json")
     budget = response.budget
     return StoredPreparation(
         record_version=RECORD_VERSION,
-        response=StoredResponse.model_validate(prepared.stored),
+        response=prepared.stored,
         model=ctx.model,
         requested_models=request.candidates,
-        native_history=native(request),
-        scope_hash=digest(scope),
-        scope=scope,
+        native_history=request.native_history,
+        scope_hash=digest(request.scope.model_dump(mode="json")),
+        scope=request.scope,
         render=request.render,
         input_len=len(request.input),
         shape_hash=shape_hash(request),
         history_hashes=history_hashes,
         # Only what validate needs to ask each one for its revision again: never its
         # ``instructions`` (host text the record must not hold, docs/contract.md, "Privacy").
-        contributors=CONTRIBUTOR_REFS.dump_python(
-            request.contributors, mode="json", exclude_none=True, include=_REF_FIELDS
+        contributors=CONTRIBUTOR_REFS.validate_python(
+            CONTRIBUTOR_REFS.dump_python(
+                request.contributors, mode="json", exclude_none=True, include=_REF_FIELDS
+            )
         ),
         timeout_ms=request.options.timeout_ms,
         provider_counted_tokens=budget.provider_counted_tokens or 0,

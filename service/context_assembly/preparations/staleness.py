@@ -85,7 +85,7 @@ async def revision_reasons(
         return []
     clock = contributors.clock
     deadline = clock.monotonic() + timeout_ms / 1000.0
-    scope = Scope.model_validate(stored.scope)
+    scope = stored.scope
     reasons: list[str] = []
     targets: list[ContributorTarget] = []
     for ref in refs:
@@ -136,7 +136,7 @@ def refresh_reasons(stored: StoredPreparation, request: PrepareRequest) -> list[
     if (
         not same_shape(request, stored.shape_hash)
         or edited != original
-        or native(request) != stored.native_history
+        or native(request.native_history) != native(stored.native_history)
     ):
         reasons.append("prefix_changed")
     return reasons

@@ -25,18 +25,17 @@ import structlog
 
 from context_assembly.config import ContributorSettings, Settings
 from context_assembly.contributors.calls import (
-    ContributorOutcome,
     ContributorTarget,
-    PacketFields,
-    Status,
     contribute_all,
     raise_for_failures,
 )
 from context_assembly.contributors.client import ContributorClient
 from context_assembly.contributors.mcp import McpEndpoints, McpSpec
+from context_assembly.contributors.outcomes import ContributorOutcome, PacketFields, Status
 from context_assembly.contributors.ssrf import Resolver, UrlPolicy, check_url
+from context_assembly.contributors.summarizer import Summarized, summarize
 from context_assembly.core.blocks import check_source_blocks
-from context_assembly.core.request import Block, ContributorRef, PrepareRequest
+from context_assembly.core.request import Block, ContributorRef, Message, PrepareRequest
 from context_assembly.core.sources import (
     SourceFailure,
     SourceInput,
@@ -213,6 +212,51 @@ class Contributors:
             failure_policy=ref.failure_policy or conf.failure_policy,
             kind="registered",
             mcp=self.mcp.registered(tenant, ref.endpoint or "", spec) if spec else None,
+        )
+
+    def summarizer(self, tenant: str, endpoint: str) -> ContributorTarget:
+        """The webhook target of ``assembly.compaction.summarizer``; an endpoint this tenant
+        does not have, or an MCP one, is a 422 naming the field."""
+        field = "assembly.compaction.summarizer"
+        conf = self.settings.contributors.get(endpoint)
+        if conf is None or (conf.tenants is not None and tenant not in conf.tenants):
+            raise InvalidError(
+                f"{field}: no contributor endpoint named {endpoint!r} is registered for this "
+                "tenant",
+                field=field,
+            )
+        if conf.kind != "webhook":
+            raise InvalidError(
+                f"{field}: {endpoint!r} is an MCP server, not a webhook", field=field
+            )
+        secret = conf.secret.get_secret_value() if conf.secret is not None else None
+        return ContributorTarget(source=endpoint, url=conf.url, secret=secret)
+
+    async def summarize(
+        self,
+        target: ContributorTarget,
+        request: PrepareRequest,
+        messages: Sequence[Message],
+        preparation_id: str,
+        *,
+        budget_ms: float,
+        attempt: int,
+        model: str,
+    ) -> Summarized:
+        """Call the summarizer ``target`` with ``messages`` within ``budget_ms``."""
+        return await summarize(
+            self.client,
+            target,
+            preparation_id=preparation_id,
+            model=model,
+            messages=messages,
+            max_summary_tokens=request.options.compaction.summary_tokens,
+            scope=request.scope,
+            deadline_monotonic=self.clock.monotonic() + max(budget_ms, 0.0) / 1000.0,
+            deadline_unix_ms=int((self.clock.wall() + budget_ms / 1000.0) * 1000),
+            attempt=attempt,
+            max_response_bytes=self.settings.limits.max_contributor_response_bytes,
+            clock=self.clock.monotonic,
         )
 
     def split(

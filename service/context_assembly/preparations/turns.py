@@ -41,8 +41,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, get_args
 
+from context_assembly.core import compaction
 from context_assembly.core.anchor import Anchor
 from context_assembly.core.assemble import Assembly
 from context_assembly.core.cache import (
@@ -51,14 +52,26 @@ from context_assembly.core.cache import (
     PrefixDigests,
     cache_lifetime,
     expected_cached_tokens,
+    long_lifetime,
+    long_lived_tokens,
 )
 from context_assembly.core.fingerprint import digest
 from context_assembly.core.request import CacheOptions, Message, PrepareRequest, Scope
-from context_assembly.core.result import CacheReport, FirstChange
+from context_assembly.core.result import CachePart, CacheReport, FirstChange
 from context_assembly.engine import rfc3339
-from context_assembly.lifecycle_models import CacheMiss, ExpectedReason, Timeline, TimelineTurn
+from context_assembly.errors import RecordTooNewError
+from context_assembly.lifecycle_models import (
+    CacheMiss,
+    ExpectedReason,
+    MissCause,
+    NamedChange,
+    Timeline,
+    TimelineTurn,
+)
 from context_assembly.preparations.record import (
+    RECORD_VERSION,
     StoredCacheReport,
+    StoredCompaction,
     StoredPreparation,
     StoredTurn,
     TurnNames,
@@ -93,6 +106,13 @@ class Previous:
     def digests(self) -> PrefixDigests | None:
         return None if self.part is None else self.part.digests
 
+    @property
+    def compacted(self) -> compaction.Previous | None:
+        """What the turn recorded of its compaction (``None``: nothing)."""
+        if self.part is None or self.part.compaction is None:
+            return None
+        return self.part.compaction.previous()
+
 
 FIRST_TURN: Final = Previous(None, None)
 
@@ -102,7 +122,12 @@ async def load(store: Store, tenant: str, prep_id: str | None, now: float) -> Pr
     if prep_id is None:
         return FIRST_TURN
     record = await store.get(tenant, prep_id, now)
-    return Previous(prep_id, None if record is None else TurnRecord.read(record).cache)
+    if record is None:
+        return Previous(prep_id, None)
+    try:
+        return Previous(prep_id, TurnRecord.read(record).cache)
+    except RecordTooNewError:  # a newer version's turn: compared with nothing, never misread
+        return Previous(prep_id, None)
 
 
 async def previous(store: Store, tenant: str, request: PrepareRequest, now: float) -> Previous:
@@ -117,7 +142,10 @@ async def previous(store: Store, tenant: str, request: PrepareRequest, now: floa
         return FIRST_TURN
     if not latest.data:  # a pointer of a version 1 shape, written without the turn
         return await load(store, tenant, latest.id, now)
-    return Previous(latest.id, StoredTurn.model_validate(latest.data))
+    version = latest.data.get("record_version")  # absent: written before pointers carried it
+    if isinstance(version, int) and version > RECORD_VERSION:
+        return Previous(latest.id, None)  # as ``load``: a newer version's turn is not read
+    return Previous(latest.id, StoredTurn.load(latest.data))
 
 
 def record_part(
@@ -129,25 +157,37 @@ def record_part(
     assembly: Assembly,
     model: str,
     minimum: int | None,
+    explicit: bool = False,
 ) -> StoredTurn:
     """What the record keeps of a turn (see the module doc); ``now`` is the wall time,
     ``model`` the model assembled for and ``minimum`` its minimum cacheable length
-    (``engine.cache_minimum``)."""
+    (``engine.cache_minimum``); ``explicit``: OpenAI's explicit-breakpoint rules apply
+    (``core.cache.openai_explicit``)."""
     options = request.cache if request.cache is not None else DEFAULT_CACHE
     report = turn.report
-    lifetime = cache_lifetime(request.render, options)
+    lifetime = cache_lifetime(request.render, options, explicit=explicit)
+    longest = None if explicit else long_lifetime(request.render, options)
     part = before.part
     since = None if part is None else round(max(0.0, now - part.created_at), 3)
     previous_cacheable = None if part is None else part.report.cacheable_tokens
     expected = 0
-    if since is not None and previous_cacheable is not None:
+    if since is not None and previous_cacheable is not None and part is not None:
         expected = expected_cached_tokens(
             prefix_kept=report.prefix_kept,
             cacheable_tokens=report.cacheable_tokens,
             previous_cacheable_tokens=previous_cacheable,
             since_previous=timedelta(seconds=since),
             lifetime=lifetime,
+            long_lived=(
+                long_lived_tokens([b.model_dump() for b in report.breakpoints]),
+                long_lived_tokens([b.model_dump() for b in part.report.breakpoints]),
+            ),
+            long_lifetime=longest,
         )
+    # A turn past the lifetime that still reads the long-lived markers is not ``expired``.
+    read_lifetime = lifetime
+    if expected and lifetime is not None and since is not None and since > lifetime.total_seconds():
+        read_lifetime = longest
     names = TurnNames(
         model=model,
         render=request.render,
@@ -155,10 +195,9 @@ def record_part(
         tools=[tool.name for tool in assembly.placed.tools],
     )
     previous_names = None if part is None else part.names
+    decided = assembly.selection.compaction
     return StoredTurn(
-        options=None
-        if request.cache is None
-        else request.cache.model_dump(mode="json", exclude_unset=True),
+        options=request.cache,
         previous_preparation_id=before.id,
         digests=turn.digests,
         report=StoredCacheReport.model_validate(report.model_dump(mode="json")),
@@ -172,17 +211,43 @@ def record_part(
             has_previous=part is not None,
             previous_cacheable_tokens=previous_cacheable,
             since_previous=since,
-            lifetime=lifetime,
+            lifetime=read_lifetime,
         ),
         since_previous_seconds=since,
         lifetime_seconds=None if lifetime is None else lifetime.total_seconds(),
         min_cacheable_tokens=minimum,
+        previous_cacheable_tokens=previous_cacheable,
         head_digest=assembly.head_digest,
         input_digests=list(assembly.conversation_hashes[len(assembly.history) :]),
         transcript=None
         if assembly.transcript is None
         else [insertion.dump() for insertion in assembly.transcript],
+        compaction=None
+        if decided is None
+        else StoredCompaction(
+            decision=decided.decision, reason=decided.reason, cleared=decided.cleared_calls
+        ),
     )
+
+
+async def previous_response_id(
+    store: Store, tenant: str, before: Previous, request: PrepareRequest, now: float
+) -> str | None:
+    """The provider's response id the previous turn's latest main or wrap-up usage report named,
+    for a request with ``cache.diagnostics`` (``None`` without it, without a previous turn or a
+    report naming one, and when the previous turn had another render target: its ids are
+    another API's)."""
+    if request.cache is None or not request.cache.diagnostics:
+        return None
+    part = before.part
+    if before.id is None or part is None or part.names is None:
+        return None
+    if part.names.render != request.render:
+        return None
+    record = await store.get(tenant, before.id, now)
+    last = None if record is None else record.accounting.last
+    found = None if last is None else last.get("response_id")
+    return found if isinstance(found, str) else None
 
 
 async def anchor(store: Store, tenant: str, before: Previous, now: float) -> Anchor | None:
@@ -218,7 +283,7 @@ def named_change(
     names: TurnNames,
     history: Sequence[Message],
     previous: TurnNames | None,
-) -> dict[str, Any] | None:
+) -> NamedChange | None:
     """``change`` with names (``lifecycle.NamedChange``): this turn's ``names`` and ``history``
     sent, and the previous turn's ``names`` (``None`` for a record made before they were kept).
     Only names and roles: never a text."""
@@ -259,7 +324,7 @@ def named_change(
             named["role"] = history[index].role
         else:
             named["change"] = "removed"
-    return named
+    return NamedChange.model_validate(named)
 
 
 def expected_reason(
@@ -290,10 +355,7 @@ def expected_reason(
 
 def stored_options(stored: StoredPreparation) -> CacheOptions | None:
     """The ``cache`` object a record's request had (a refresh keeps it)."""
-    part = stored.cache
-    if part is None or part.options is None:
-        return None
-    return CacheOptions.model_validate(part.options)
+    return None if stored.cache is None else stored.cache.options
 
 
 def stored_previous(stored: StoredPreparation | TurnRecord) -> str | None:
@@ -323,6 +385,75 @@ def miss(
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Rebilled:
+    """A main call's cache miss as its usage report counts it: ``cause``, the first part of
+    the prefix that changed, ``expired`` or ``provider`` (``None``: no miss), and ``tokens``,
+    the input tokens the miss billed again (``None``: not known, for a record made before the
+    previous turn's cacheable tokens were kept)."""
+
+    cause: MissCause | None
+    tokens: int | None
+
+
+NO_TURN: Final = Rebilled(None, None)
+
+
+def rebilled(part: StoredTurn | None, reported: int | None, unread: int | None) -> Rebilled:
+    """The miss of a turn's main call that read ``reported`` tokens from the cache (``None``:
+    the report did not say, counted as 0) and what it billed again: what the call would have
+    read without the miss, less what it read, at least 0 and at most the ``unread`` input
+    tokens the call paid for otherwise (``None``: the report did not give its input).
+
+    Without the miss means: for ``provider``, the expected cached tokens; for ``expired``,
+    what the previous turn cached and this turn's prefix holds (the smaller of the two turns'
+    cacheable tokens), as if the previous turn had been within the cache lifetime; for a
+    changed prefix, the same figure as if the prefix had been kept, 0 when the previous turn
+    was past the lifetime anyway or the render target has no cache the service models."""
+    if part is None:
+        return NO_TURN
+    report = part.report
+    kind = miss(report.prefix_kept, part.expected_reason, part.expected_cached_tokens, reported)
+    if kind is None:
+        return Rebilled(None, 0)
+    cause: MissCause | None
+    if kind == "prefix_changed":
+        cause = _changed_part(report)
+    else:
+        cause = kind
+    if cause is None:
+        return NO_TURN
+    previous = part.previous_cacheable_tokens
+    could: int | None
+    if kind == "provider":
+        could = part.expected_cached_tokens
+    elif previous is None or part.since_previous_seconds is None:
+        could = None
+    else:
+        lifetime = part.lifetime_seconds
+        since = 0.0 if kind == "expired" else part.since_previous_seconds
+        could = expected_cached_tokens(
+            prefix_kept=True,
+            cacheable_tokens=report.cacheable_tokens,
+            previous_cacheable_tokens=previous,
+            since_previous=timedelta(seconds=since),
+            lifetime=None if lifetime is None else timedelta(seconds=lifetime),
+        )
+    if could is None:
+        return Rebilled(cause, None)
+    tokens = max(0, could - (reported or 0))
+    return Rebilled(cause, tokens if unread is None else min(tokens, max(0, unread)))
+
+
+def _changed_part(report: StoredCacheReport) -> MissCause | None:
+    """The first part of the prefix that changed, as the record names it (``compare`` always
+    names one when the prefix was not kept; ``None`` for a record that does not)."""
+    return None if report.first_change is None else _CHANGED_PARTS.get(report.first_change.part)
+
+
+_CHANGED_PARTS: Final[dict[str, MissCause]] = {part: part for part in get_args(CachePart)}
+
+
 def timeline_turn(
     record: PreparationRecord, stored: StoredPreparation | TurnRecord, number: int | None
 ) -> TimelineTurn:
@@ -331,7 +462,8 @@ def timeline_turn(
     part = stored.cache
     last = record.accounting.last
     reported = None if last is None else last.get("cached_input_tokens")
-    cost = None if last is None else (last.get("cost") or {}).get("total")
+    priced = None if last is None else last.get("cost") or {}
+    main = last is not None and last.get("call") == "main"
     report = StoredCacheReport() if part is None else part.report
     expected = None if part is None else part.expected_cached_tokens
     reason = None if part is None else part.expected_reason
@@ -347,7 +479,7 @@ def timeline_turn(
         "total_input_tokens": stored.estimated_input_tokens,
         "previous_preparation_id": None if part is None else part.previous_preparation_id,
         "prefix_kept": report.prefix_kept,
-        "first_change": None if part is None else part.named_change or report.first_change,
+        "first_change": None if part is None else _named(part),
         "cacheable_tokens": None if part is None else report.cacheable_tokens,
         "expected_cached_tokens": expected,
         "expected_reason": reason,
@@ -355,10 +487,24 @@ def timeline_turn(
         "cache_lifetime_seconds": None if part is None else part.lifetime_seconds,
         "cached_input_tokens": reported,
         "cache_write_tokens": None if last is None else last.get("cache_creation_input_tokens"),
-        "cost": cost,
+        "cost": None if priced is None else priced.get("total"),
+        "rebilled_tokens": last.get("rebilled_tokens") if main and last is not None else None,
+        "miss_cost": priced.get("miss") if main and priced is not None else None,
         "miss": miss(report.prefix_kept, reason, expected, reported),
+        "compaction": None
+        if part is None or part.compaction is None
+        else {"decision": part.compaction.decision, "reason": part.compaction.reason},
     }
     return TimelineTurn.model_validate(turn)
+
+
+def _named(part: StoredTurn) -> NamedChange | None:
+    """The turn's first change with its names, or as ``selection.cache`` named it in a record
+    made before the names were kept."""
+    if part.named_change is not None:
+        return part.named_change
+    change = part.report.first_change
+    return None if change is None else NamedChange(part=change.part, index=change.index)
 
 
 async def page(
@@ -399,11 +545,13 @@ async def page(
     oldest = shown[0][2] if shown else None
     turns = [timeline_turn(r, s, n) for r, s, n in shown]
     costs = [turn.cost for turn in turns if turn.cost is not None]
+    misses = [turn.miss_cost for turn in turns if turn.miss_cost is not None]
     return Timeline(
         preparation_id=record.id,
         turns=turns,
         older_before=oldest if older and oldest is not None else None,
         cost=round(sum(costs), 9) if costs else None,
+        miss_cost=round(sum(misses), 9) if misses else None,
     )
 
 

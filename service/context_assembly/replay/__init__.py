@@ -6,6 +6,7 @@ for several policies side by side (docs/replay.md).
 - ``frames``: a provider request body as the content blocks the rules read, with their counts;
 - ``synth``: kv-cache-tester traces rebuilt as conversations, text synthesised per block hash;
 - ``logs``: JSON-lines conversation logs of provider request bodies;
+- ``policies``: what each policy is and gives, and the policies run without the service;
 - ``driver``: the service in-process, one pass per policy;
 - ``report``: totals, the text table, JSON and the HTML page.
 """

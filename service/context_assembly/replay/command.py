@@ -9,8 +9,17 @@ from pathlib import Path
 from typing import Final, cast
 
 from context_assembly.replay.conversation import Conversation
-from context_assembly.replay.driver import SPLITS, TTLS, Kind, Options, ReplayError, Split, replay
+from context_assembly.replay.driver import ReplayError, replay
 from context_assembly.replay.logs import LogError, read_log
+from context_assembly.replay.policies import (
+    COMPACTIONS,
+    SPLITS,
+    TTLS,
+    Compaction,
+    Kind,
+    Options,
+    Split,
+)
 from context_assembly.replay.report import as_html, as_json, text
 from context_assembly.replay.rules import Ttl
 from context_assembly.replay.synth import DEFAULT_START, TraceError, read_trace, rebuild
@@ -145,6 +154,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the cache marker lifetimes to run: 5m, 1h or both (default: 5m,1h)",
     )
     parser.add_argument(
+        "--compaction",
+        metavar="LIST",
+        default="off",
+        help="the compaction settings of the service policies, comma-separated: off (the "
+        "history as recorded), drop-oldest, clear (clear_tool_results) and summary (the report "
+        "mode's decision followed, with a summary of --summary-tokens); default: off",
+    )
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=0.8,
+        metavar="FRACTION",
+        help="the compaction trigger as a share of the window (default 0.8)",
+    )
+    parser.add_argument(
+        "--summary-tokens",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="the size of a summary with --compaction summary (default 2000)",
+    )
+    parser.add_argument(
         "--tokenizer",
         choices=TOKENIZERS,
         default="auto",
@@ -250,7 +281,16 @@ def run(args: argparse.Namespace) -> int:
             else tuple(v.strip() for v in args.layouts.split(",") if v.strip()),
             splits=tuple(cast(list[Split], _choices(args.split, SPLITS, "--split"))),
             tokenizer=args.tokenizer,
+            compactions=tuple(
+                cast(list[Compaction], _choices(args.compaction, COMPACTIONS, "--compaction"))
+            ),
+            trigger=args.trigger,
+            summary_tokens=args.summary_tokens,
         )
+        if not 0 < options.trigger <= 1 or options.summary_tokens < 1:
+            raise argparse.ArgumentTypeError(
+                "--trigger must be in (0, 1] and --summary-tokens at least 1"
+            )
         conversations = read_inputs(args.files, args.start)
     except (argparse.ArgumentTypeError, TraceError, LogError) as err:
         return _fail(str(err))

@@ -72,14 +72,18 @@ def simulated_usage(provider_format: Format, usage: Usage, output_tokens: int) -
             },
             "output_tokens": output_tokens,
         }
+    # GPT-5.6 and later report their writes beside the reads; the others write nothing.
+    details: dict[str, int] = {"cached_tokens": usage.cache_read}
+    if usage.cache_write:
+        details["cache_write_tokens"] = usage.cache_write
     if provider_format == "openai-chat":
         return {
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cache_read},
+            "prompt_tokens_details": details,
         }
     return {
         "input_tokens": usage.input_tokens,
         "output_tokens": output_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cache_read},
+        "input_tokens_details": details,
     }

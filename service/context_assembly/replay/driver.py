@@ -9,13 +9,15 @@ frame it answers through the provider's cache rules (``rules``), then the simula
 ``POST /v1/preparations/{id}/usage``. A ``CONTEXT_OVERFLOW`` answer is a refused call: counted,
 and priced as the plain request sent uncached.
 
-The policies (``Policy``): ``theory`` (the upper bound), ``last-message`` (a plain client with one
-marker on its last message), ``recorded`` (a log's request as it was sent, markers included),
-``none`` (the service's frame without a cache plan) and ``service`` (its frame and cache plan),
-the service's once per layout it accepts (read from its OpenAPI document, plus ``transcript``; a
-layout it refuses is skipped with a note) and per way of splitting history and input (``call``:
-the input is what came since the model last answered; ``turn``: the whole tool loop since the
-last user text); each with 5-minute and 1-hour markers.
+The service's policies (``policies.py``) are tried once per layout it accepts (read from its
+OpenAPI document, plus ``transcript``; a layout it refuses is skipped with a note), per way of
+splitting history and input, per marker lifetime and per compaction setting (``Compaction``):
+``off`` (the history as recorded), ``drop-oldest`` (``history_policy``),
+``clear`` (``assembly.compaction.mode: clear_tool_results``) and ``summary`` (the ``report``
+mode's decision followed as a caller would: when it says ``compact``, the replay folds the
+history before the last reply into a summary of ``summary_tokens`` tokens, which later calls send
+in place of what it folded, and counts the summary call: the folded part read from the cache,
+the summary as output).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -32,177 +34,32 @@ from typing import Any, Final, Literal
 import httpx
 import orjson
 
-from context_assembly.core.pricing import Rates
 from context_assembly.replay.conversation import Call, Conversation, Format, simulated_usage
-from context_assembly.replay.frames import TextCounter, segments
-from context_assembly.replay.rules import (
-    ANTHROPIC_PRICES,
-    AnthropicCache,
-    OpenAICache,
-    Prices,
-    Segment,
-    TheoryCache,
-    TooManyMarkers,
-    Ttl,
-    Usage,
-    openai_prices,
+from context_assembly.replay.frames import TextCounter, openai_explicit_mode, segments
+from context_assembly.replay.policies import (
+    ConversationResult,
+    ModelInfo,
+    Options,
+    Outcome,
+    Policy,
+    PolicyRun,
+    ProviderCaches,
+    local_run,
+    policies,
+    prices_for,
+    uncached,
 )
+from context_assembly.replay.rules import TooManyMarkers, Usage
 
-Kind = Literal["theory", "last-message", "recorded", "none", "service"]
-Split = Literal["call", "turn"]
-TTLS: Final[tuple[Ttl, ...]] = ("5m", "1h")
-SPLITS: Final[tuple[Split, ...]] = ("call", "turn")
+SUMMARY_WORD: Final = "summary "
 EXTRA_LAYOUTS: Final = ("transcript",)
 """Layouts tried even when the service's document does not list them (refused: skipped)."""
 TENANT_SCOPE: Final = "replay"
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    kind: Kind
-    ttl: Ttl = "5m"
-    layout: str | None = None
-    split: Split = "call"
-
-    @property
-    def name(self) -> str:
-        if self.kind == "service":
-            return f"service:{self.layout}"
-        return self.kind
-
-    @property
-    def label(self) -> str:
-        """The row's name: ``service:stable-prefix split:call 5m``."""
-        if self.kind == "service":
-            return f"{self.name} split:{self.split} {self.ttl}"
-        if self.kind in ("none", "recorded"):
-            return self.kind
-        return f"{self.kind} {self.ttl}"
-
-    @property
-    def uses_service(self) -> bool:
-        return self.kind in ("none", "service")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One call under one policy: the usage the provider rules gave, or a refusal."""
-
-    index: int
-    at: datetime
-    usage: Usage
-    refused: bool = False
-
-
-@dataclass(slots=True)
-class PolicyRun:
-    policy: Policy
-    prices: Prices
-    outcomes: list[Outcome] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class ModelInfo:
-    requested: str
-    entry: str | None
-    provider: str | None
-    context_window: int | None
-    minimum: int | None
-    rates: Rates | None = None  # the service's price of the entry (``None``: no price)
-
-
-@dataclass(slots=True)
-class ConversationResult:
-    name: str
-    kind: str
-    calls: list[Call]
-    runs: list[PolicyRun]
-    notes: list[str]
-    models: dict[str, ModelInfo]
-
-
-@dataclass(frozen=True, slots=True)
-class Options:
-    """What to replay: the policies' kinds and TTLs, the layouts and splits of the service's
-    policies (``None``: every one the service accepts), and the service's tokenizer."""
-
-    kinds: tuple[Kind, ...] = ("theory", "last-message", "recorded", "none", "service")
-    ttls: tuple[Ttl, ...] = TTLS
-    layouts: tuple[str, ...] | None = None
-    splits: tuple[Split, ...] = SPLITS
-    tokenizer: str = "auto"
+DEFAULT_OPTIONS: Final = Options()
 
 
 class ReplayError(RuntimeError):
     """The service answered something the replay cannot go on from."""
-
-
-# --------------------------------------------------------------------------- local policies
-
-
-def _mark_last_message(body: dict[str, Any], render: Format, ttl: Ttl) -> dict[str, Any]:
-    """``body`` with one cache marker on the last content block of its last message
-    (Anthropic; OpenAI bodies take no marker)."""
-    if render != "anthropic" or not body.get("messages"):
-        return body
-    marked = dict(body)
-    messages = list(marked["messages"])
-    last = dict(messages[-1])
-    content = last.get("content")
-    blocks = (
-        [{"type": "text", "text": content}] if isinstance(content, str) else list(content or ())
-    )
-    if blocks:
-        control = {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": "1h"}
-        blocks[-1] = {**blocks[-1], "cache_control": control}
-        last["content"] = blocks
-    messages[-1] = last
-    marked["messages"] = messages
-    return marked
-
-
-class _Provider:
-    """The provider caches of one policy, one per model (a provider keeps them apart)."""
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self._caches: dict[tuple[str, str], AnthropicCache | OpenAICache | TheoryCache] = {}
-
-    def send(
-        self, render: Format, model: ModelInfo, prompt: Sequence[Segment], now: float
-    ) -> Usage:
-        key = (render, model.entry or model.requested)
-        cache = self._caches.get(key)
-        if cache is None:
-            anthropic = render == "anthropic"
-            if self.policy.kind == "theory":
-                cache = TheoryCache(model.minimum, self.policy.ttl, writes=anthropic)
-            elif anthropic:
-                cache = AnthropicCache(model.minimum)
-            else:
-                cache = OpenAICache(model.minimum)
-            self._caches[key] = cache
-        return cache.send(prompt, now)
-
-
-def prices_for(render: Format, model: ModelInfo) -> Prices:
-    """The relative prices of the render's provider, with the model's USD rates where the
-    service's price data has them."""
-    relative = (
-        ANTHROPIC_PRICES if render == "anthropic" else openai_prices(model.entry or model.requested)
-    )
-    rates = model.rates
-    if rates is None:
-        return relative
-    # OpenAI bills no write but GPT-5.6 and later; a write there costs its write rate, else input.
-    writes = rates.cache_write if rates.cache_write is not None else rates.input
-    chosen = (
-        (rates.input, rates.cache_read, rates.cache_write_5m, rates.cache_write_1h)
-        if render == "anthropic"
-        else (rates.input, rates.cache_read, writes, writes)
-    )
-    a, b, c, d = (None if r is None else float(r) for r in chosen)
-    return replace(relative, usd=(a, b, c, d))
 
 
 # --------------------------------------------------------------------------- the service
@@ -218,15 +75,49 @@ class _Wall:
         return self.now
 
 
+@dataclass(frozen=True, slots=True)
+class _Fold:
+    """A summary the replayed caller adopted: it replaces the first ``count`` messages."""
+
+    count: int
+    message: dict[str, Any]
+
+
+def _sent(call: Call, policy: Policy, fold: _Fold | None) -> tuple[list[dict[str, Any]], int]:
+    """The conversation the replayed caller sends and where its input starts: the recorded one,
+    or with an adopted summary in place of what it folded."""
+    split = call.call_split if policy.split == "call" else call.turn_split
+    messages = list(call.messages)
+    if fold is None or fold.count >= split:
+        return messages, split
+    return [fold.message, *messages[fold.count :]], split - fold.count + 1
+
+
+def _compaction_options(policy: Policy, options: Options) -> dict[str, Any]:
+    if policy.compaction == "drop-oldest":
+        return {"history_policy": {"mode": "drop_oldest"}}
+    if policy.compaction == "clear":
+        mode = {"mode": "clear_tool_results", "trigger_fraction": options.trigger}
+        return {"compaction": mode}
+    if policy.compaction == "summary":
+        report = {"trigger_fraction": options.trigger, "summary_tokens": options.summary_tokens}
+        return {"compaction": report}
+    return {}
+
+
 def _prepare_body(
     call: Call,
     policy: Policy,
     model: ModelInfo,
     scope: str,
-    tokenizer: str,
+    options: Options,
+    fold: _Fold | None = None,
 ) -> dict[str, Any]:
-    split = call.call_split if policy.split == "call" else call.turn_split
-    assembly: dict[str, Any] = {"tokenizer": tokenizer}
+    messages, split = _sent(call, policy, fold)
+    assembly: dict[str, Any] = {
+        "tokenizer": options.tokenizer,
+        **_compaction_options(policy, options),
+    }
     if policy.layout is not None:
         assembly["layout"] = policy.layout
     body: dict[str, Any] = {
@@ -236,8 +127,8 @@ def _prepare_body(
         "scope": {"task_id": scope},
         "response_reserve": call.output_tokens,
         "assembly": assembly,
-        "history": list(call.messages[:split]),
-        "input": list(call.messages[split:]),
+        "history": messages[:split],
+        "input": messages[split:],
     }
     if model.context_window is not None:
         body["max_context_tokens"] = model.context_window
@@ -248,6 +139,8 @@ def _prepare_body(
     if policy.kind == "service":
         if call.format == "anthropic":
             body["cache"] = {"breakpoints": True, "ttl": policy.ttl}
+        elif model.breakpoints:
+            body["cache"] = {"key": "auto", "breakpoints": True}
         else:
             body["cache"] = {"key": "auto"}
     return body
@@ -308,6 +201,7 @@ class Service:
             listed.get("context_window", found.profile.context_window),
             listed.get("min_cacheable_prefix", found.profile.min_cacheable_prefix),
             None if price is None else price.rates.base,
+            bool(listed.get("explicit_cache_breakpoints", found.entry.explicit_cache_breakpoints)),
         )
 
     async def prepare(self, body: dict[str, Any], at: datetime) -> httpx.Response:
@@ -340,74 +234,28 @@ class Service:
 # --------------------------------------------------------------------------- the replay
 
 
-def policies(options: Options, layouts: Iterable[str], kind: str) -> list[Policy]:
-    """The policies to run for a conversation of ``kind`` (``trace`` or ``log``), in table
-    order."""
-    chosen: list[Policy] = []
-    for wanted in options.kinds:
-        if wanted == "recorded" and kind != "log":
-            continue
-        if wanted == "none":
-            chosen.append(Policy("none"))
-        elif wanted == "service":
-            for layout in layouts:
-                for split in options.splits:
-                    chosen.extend(Policy("service", ttl, layout, split) for ttl in options.ttls)
-        elif wanted == "recorded":
-            chosen.append(Policy("recorded"))
-        else:
-            chosen.extend(Policy(wanted, ttl) for ttl in options.ttls)
-    return chosen
-
-
-def _local_run(
-    policy: Policy, calls: Sequence[Call], models: dict[str, ModelInfo], count: TextCounter
-) -> PolicyRun:
-    provider = _Provider(policy)
-    run = PolicyRun(policy, prices_for(calls[0].format, models[calls[0].model]))
-    for call in calls:
-        model = models[call.model]
-        if policy.kind == "recorded" and call.recorded is not None:
-            body = call.recorded
-        elif policy.kind == "last-message":
-            body = _mark_last_message(call.body, call.format, policy.ttl)
-        else:
-            body = call.body
-        prompt = segments(call.format, body, count)
-        try:
-            usage = provider.send(call.format, model, prompt, call.at.timestamp())
-        except TooManyMarkers:
-            run.outcomes.append(Outcome(call.index, call.at, _uncached(prompt), refused=True))
-            continue
-        run.outcomes.append(Outcome(call.index, call.at, usage))
-    return run
-
-
-def _uncached(prompt: Sequence[Segment]) -> Usage:
-    return Usage(sum(s.tokens for s in prompt))
-
-
 async def _service_run(
     service: Service,
     policy: Policy,
     conversation: Conversation,
     models: dict[str, ModelInfo],
     count: TextCounter,
-    tokenizer: str,
+    options: Options,
     run_number: int,
 ) -> PolicyRun | str:
     """The policy's run, or why the service refused it (a layout it does not accept)."""
     calls = conversation.calls
-    provider = _Provider(policy)
+    provider = ProviderCaches(policy)
     run = PolicyRun(policy, prices_for(calls[0].format, models[calls[0].model]))
     scope = f"{TENANT_SCOPE}:{run_number}:{conversation.name}:{policy.label}"
+    fold: _Fold | None = None
     for call in calls:
         model = models[call.model]
-        body = _prepare_body(call, policy, model, scope, tokenizer)
+        body = _prepare_body(call, policy, model, scope, options, fold)
         answer = await service.prepare(body, call.at)
         if answer.status_code == 422 and answer.json().get("code") == "CONTEXT_OVERFLOW":
             plain = segments(call.format, call.body, count)
-            run.outcomes.append(Outcome(call.index, call.at, _uncached(plain), refused=True))
+            run.outcomes.append(Outcome(call.index, call.at, uncached(plain), refused=True))
             continue
         if answer.status_code != 200:
             problem = (
@@ -420,15 +268,53 @@ async def _service_run(
                 f"{answer.status_code}: {answer.text[:500]}"
             )
         prepared = answer.json()
-        prompt = segments(call.format, prepared["frame"], count)
+        frame = prepared["frame"]
+        prompt = segments(call.format, frame, count)
         try:
-            usage = provider.send(call.format, model, prompt, call.at.timestamp())
+            usage = provider.send(
+                call.format,
+                model,
+                prompt,
+                call.at.timestamp(),
+                explicit=openai_explicit_mode(frame),
+            )
         except TooManyMarkers:
-            run.outcomes.append(Outcome(call.index, call.at, _uncached(prompt), refused=True))
+            run.outcomes.append(Outcome(call.index, call.at, uncached(prompt), refused=True))
             continue
         await service.report(prepared["preparation_id"], call, usage)
         run.outcomes.append(Outcome(call.index, call.at, usage))
+        decided = prepared["selection"].get("compaction") or {}
+        if policy.compaction == "summary" and decided.get("decision") == "compact":
+            fold, summary = _adopt(call, policy, body, fold, decided, options)
+            if summary is not None:
+                run.outcomes.append(summary)
     return run
+
+
+def _adopt(
+    call: Call,
+    policy: Policy,
+    body: dict[str, Any],
+    fold: _Fold | None,
+    decided: dict[str, Any],
+    options: Options,
+) -> tuple[_Fold | None, Outcome | None]:
+    """What a caller in ``report`` mode does on ``compact``: fold the history before its last
+    reply into a summary (later calls send it instead), paying for one summary call that reads
+    the folded part from the cache and writes the summary. ``None``: nothing to fold."""
+    history = body["history"]
+    last = max((i for i, m in enumerate(history) if m.get("role") == "assistant"), default=0)
+    if last == 0:
+        return fold, None
+    # In the recorded conversation's positions: the summary sent (if any) stood for fold.count.
+    folded = last if fold is None else fold.count + last - 1
+    text = SUMMARY_WORD * options.summary_tokens
+    message = {"role": "user", "content": f"[Summary of the earlier conversation]\n\n{text}"}
+    span = int(decided.get("reclaimable_tokens", 0))
+    usage = Usage(span, cache_read=span)
+    return _Fold(folded, message), Outcome(
+        call.index, call.at, usage, summary_output=options.summary_tokens
+    )
 
 
 def _refuses_layout(problem: dict[str, Any]) -> bool:
@@ -437,7 +323,7 @@ def _refuses_layout(problem: dict[str, Any]) -> bool:
 
 
 async def replay_async(
-    conversations: Sequence[Conversation], options: Options = Options()
+    conversations: Sequence[Conversation], options: Options = DEFAULT_OPTIONS
 ) -> list[ConversationResult]:
     """Every conversation through every policy of ``options``."""
     count = TextCounter()
@@ -466,10 +352,10 @@ async def replay_async(
                     options, [x for x in layouts if x not in refused], conversation.kind
                 ):
                     if not policy.uses_service:
-                        runs.append(_local_run(policy, conversation.calls, models, count))
+                        runs.append(local_run(policy, conversation.calls, models, count))
                         continue
                     got = await _service_run(
-                        service, policy, conversation, models, count, options.tokenizer, number
+                        service, policy, conversation, models, count, options, number
                     )
                     if isinstance(got, str):
                         assert policy.layout is not None
@@ -492,6 +378,6 @@ async def replay_async(
 
 
 def replay(
-    conversations: Sequence[Conversation], options: Options = Options()
+    conversations: Sequence[Conversation], options: Options = DEFAULT_OPTIONS
 ) -> list[ConversationResult]:
     return asyncio.run(replay_async(conversations, options))

@@ -20,7 +20,11 @@ block are the same block).
 Anthropic (``anthropic_segments``): each tool definition, each system block (a string system is
 one block) and each message content block (a string content is one text block), with its marker.
 OpenAI Chat (``chat_segments``) and Responses (``responses_segments``): each tool definition and
-each message or input item is one block (the rules compare whole blocks; OpenAI has no markers).
+each message or input item is one block (the rules compare whole blocks), with whether it
+carries a ``prompt_cache_breakpoint`` (GPT-5.6 and later) and whether OpenAI's implicit
+breakpoint may end on it (not an assistant's message or call). A message's key is taken without
+its breakpoints, and a string content as one text block: the same message marked on one turn
+and not on the next is the same block.
 """
 
 from __future__ import annotations
@@ -161,6 +165,45 @@ def anthropic_segments(body: Mapping[str, Any], count: TextCounter) -> list[Segm
 
 # --------------------------------------------------------------------------- OpenAI
 
+_BREAKPOINT: Final = "prompt_cache_breakpoint"
+
+
+def _openai_blocks(value: Any, text_type: str) -> Any:
+    """Content as the blocks OpenAI reads, without their breakpoints: a string is one
+    ``text_type`` block; anything else (``None``) as it is."""
+    if isinstance(value, str):
+        return [{"type": text_type, "text": value}]
+    if isinstance(value, list):
+        return [
+            {k: v for k, v in part.items() if k != _BREAKPOINT} if isinstance(part, dict) else part
+            for part in value
+        ]
+    return value
+
+
+def _has_breakpoint(value: Any) -> bool:
+    return isinstance(value, list) and any(
+        isinstance(part, dict) and _BREAKPOINT in part for part in value
+    )
+
+
+def _openai_chain(items: Iterable[tuple[Any, int, bool, bool]]) -> list[Segment]:
+    """Segments of ``(identity, tokens, breakpoint, eligible)``, the keys chained as
+    ``_chain``'s."""
+    key = b""
+    out: list[Segment] = []
+    for identity, tokens, breakpoint, eligible in items:
+        key = hashlib.sha256(key + orjson.dumps(identity, option=_JSON)).digest()
+        out.append(Segment(key, tokens, breakpoint=breakpoint, eligible=eligible))
+    return out
+
+
+def openai_explicit_mode(body: Mapping[str, Any]) -> bool:
+    """Whether an OpenAI body turns OpenAI's implicit breakpoint off
+    (``prompt_cache_options.mode: "explicit"``)."""
+    options = body.get("prompt_cache_options")
+    return isinstance(options, dict) and options.get("mode") == "explicit"
+
 
 def _chat_message_tokens(message: Mapping[str, Any], count: TextCounter) -> int:
     tokens = MESSAGE_FRAMING + count(_text_of(message.get("content") or ""))
@@ -189,13 +232,17 @@ def _function_tool_tokens(function: Mapping[str, Any], count: TextCounter) -> in
 
 def chat_segments(body: Mapping[str, Any], count: TextCounter) -> list[Segment]:
     """An OpenAI Chat body: each tool, then each message, one block each."""
-    items: list[tuple[Any, Any, int]] = []
+    items: list[tuple[Any, int, bool, bool]] = []
     for tool in body.get("tools") or ():
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
-        items.append((["tool", tool], None, _function_tool_tokens(function, count)))
+        items.append((["tool", tool], _function_tool_tokens(function, count), False, False))
     for message in body.get("messages") or ():
-        items.append((message, None, _chat_message_tokens(message, count)))
-    return _chain(items)
+        content = message.get("content")
+        identity = {**message, "content": _openai_blocks(content, "text")}
+        tokens = _chat_message_tokens(message, count)
+        eligible = message.get("role") != "assistant"
+        items.append((identity, tokens, _has_breakpoint(content), eligible))
+    return _openai_chain(items)
 
 
 def _responses_item_tokens(item: Any, count: TextCounter) -> int:
@@ -215,20 +262,41 @@ def _responses_item_tokens(item: Any, count: TextCounter) -> int:
     return count.json(item)
 
 
+def _responses_item(item: Any) -> tuple[Any, bool, bool]:
+    """An input item's identity (without breakpoints), whether it carries one, and whether
+    OpenAI's implicit breakpoint may end on it."""
+    if not isinstance(item, dict):
+        return item, False, True
+    kind = item.get("type", "message")
+    if kind == "function_call_output":
+        output = item.get("output")
+        return (
+            {**item, "output": _openai_blocks(output, "input_text")},
+            _has_breakpoint(output),
+            True,
+        )
+    if kind == "message" and "content" in item:
+        content = item["content"]
+        identity = {**item, "content": _openai_blocks(content, "input_text")}
+        return identity, _has_breakpoint(content), item.get("role") != "assistant"
+    return item, False, False
+
+
 def responses_segments(body: Mapping[str, Any], count: TextCounter) -> list[Segment]:
     """An OpenAI Responses body: the instructions, each tool, then each input item."""
-    items: list[tuple[Any, Any, int]] = []
+    items: list[tuple[Any, int, bool, bool]] = []
     instructions = body.get("instructions")
     if instructions:
         tokens = MESSAGE_FRAMING + count(str(instructions))
-        items.append((["instructions", instructions], None, tokens))
+        items.append((["instructions", instructions], tokens, False, True))
     for tool in body.get("tools") or ():
-        items.append((["tool", tool], None, _function_tool_tokens(tool, count)))
+        items.append((["tool", tool], _function_tool_tokens(tool, count), False, False))
     raw = body.get("input") or ()
     inputs: Sequence[Any] = [{"role": "user", "content": raw}] if isinstance(raw, str) else raw
     for item in inputs:
-        items.append((item, None, _responses_item_tokens(item, count)))
-    return _chain(items)
+        identity, breakpoint, eligible = _responses_item(item)
+        items.append((identity, _responses_item_tokens(item, count), breakpoint, eligible))
+    return _openai_chain(items)
 
 
 def segments(render: str, body: Mapping[str, Any], count: TextCounter) -> list[Segment]:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from context_assembly.replay.driver import ConversationResult, Outcome, Policy, PolicyRun
+from context_assembly.replay.policies import ConversationResult, Outcome, Policy, PolicyRun
 
 FORMAT_VERSION: Final = 1
 
@@ -31,6 +31,7 @@ class Totals:
     at_least: int | None  # calls reading at least as much as last-message (None: itself)
     compared: int
     dollars: float | None = None  # the input's cost in USD (``None``: a call without a price)
+    summaries: int = 0  # summary calls (``compaction:summary``), counted in the cost only
 
     @property
     def cached_share(self) -> float:
@@ -56,6 +57,7 @@ class Totals:
             at_least,
             self.compared + other.compared,
             None if self.dollars is None or other.dollars is None else self.dollars + other.dollars,
+            self.summaries + other.summaries,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -68,6 +70,8 @@ class Totals:
             "cached_share": round(self.cached_share, 6),
             "relative_price": round(self.relative_price, 6),
             "input_usd": None if self.dollars is None else round(self.dollars, 6),
+            "cost_tokens": round(self.cost),
+            "summary_calls": self.summaries,
             "at_least_last_message": self.at_least,
             "compared": self.compared,
         }
@@ -82,7 +86,10 @@ def baseline(policy: Policy, runs: Sequence[PolicyRun]) -> PolicyRun | None:
 
 
 def totals(run: PolicyRun, runs: Sequence[PolicyRun]) -> Totals:
-    outcomes = run.outcomes
+    """A run's totals. A summary call (``compaction:summary``) adds its input and output to the
+    cost, never to the requests, tokens or comparisons of the calls themselves."""
+    summaries = [o for o in run.outcomes if o.summary]
+    outcomes = [o for o in run.outcomes if not o.summary]
     base = baseline(run.policy, runs)
     at_least: int | None = None
     compared = 0
@@ -97,18 +104,19 @@ def totals(run: PolicyRun, runs: Sequence[PolicyRun]) -> Totals:
         input_tokens=sum(o.usage.input_tokens for o in outcomes),
         cache_read=sum(o.usage.cache_read for o in outcomes),
         cache_write=sum(o.usage.cache_write for o in outcomes),
-        cost=sum(run.prices.cost(o.usage) for o in outcomes),
+        cost=sum(run.prices.cost(o.usage, o.summary_output) for o in run.outcomes),
         at_least=at_least,
         compared=compared,
-        dollars=_dollars(run, outcomes),
+        dollars=_dollars(run, run.outcomes),
+        summaries=len(summaries),
     )
 
 
 def _dollars(run: PolicyRun, outcomes: Sequence[Outcome]) -> float | None:
-    """The input's cost in USD at the model's price, or ``None`` when a call has none."""
+    """The cost in USD at the model's price, or ``None`` when a call has none."""
     total = 0.0
     for outcome in outcomes:
-        dollars = run.prices.dollars(outcome.usage)
+        dollars = run.prices.dollars(outcome.usage, outcome.summary_output)
         if dollars is None:
             return None
         total += dollars
@@ -143,6 +151,7 @@ HEADER: Final = (
     "cache write",
     "cached",
     "price",
+    "cost",
     "input USD",
     "≥ last-message",
 )
@@ -159,6 +168,7 @@ def _row(label: str, t: Totals) -> tuple[str, ...]:
         f"{t.cache_write:,}",
         f"{t.cached_share * 100:.1f}%",
         f"{t.relative_price:.3f}",
+        f"{t.cost / 1e6:,.2f}M" + (f" ({t.summaries} sum.)" if t.summaries else ""),
         "—" if t.dollars is None else f"{t.dollars:,.2f}",
         at_least,
     )
@@ -206,7 +216,7 @@ def _turn_lines(result: ConversationResult) -> list[str]:
         return []
     start = result.calls[0].at
     header = ["call", "t (s)", "recorded in", *(f"[{i + 1}]" for i in range(len(runs)))]
-    by_index = [{o.index: o for o in run.outcomes} for run in runs]
+    by_index = [{o.index: o for o in run.outcomes if not o.summary} for run in runs]
     rows = []
     for call in result.calls:
         cells = [
@@ -277,8 +287,12 @@ def text(results: Sequence[ConversationResult], *, turns: bool = False, each: bo
         lines.extend(_table(rows, HEADER))
         lines.append("")
     lines.append(
+        "cost: in millions of uncached input tokens, the same unit for every policy of a "
+        "conversation (with compaction:summary, the summary calls included: their input read "
+        "from the cache, their output at the output price); "
         "price: the input's cost relative to the same input sent uncached (Anthropic: read 0.1, "
-        "5m write 1.25, 1h write 2; OpenAI: read at the model's cached price, no write price); "
+        "5m write 1.25, 1h write 2; OpenAI: read at the model's cached price, no write price "
+        "but on GPT-5.6 and later, write 1.25); "
         "input USD: the input's cost at the model's price in the service's price data (GET "
         "/v1/models), — for a model without one."
     )
@@ -295,6 +309,7 @@ def _policy_json(policy: Policy) -> dict[str, Any]:
         "layout": policy.layout,
         "split": policy.split if policy.kind == "service" else None,
         "ttl": policy.ttl if policy.kind not in ("none", "recorded") else None,
+        "compaction": policy.compaction if policy.kind == "service" else None,
     }
 
 
@@ -348,6 +363,7 @@ def as_json(results: Sequence[ConversationResult]) -> bytes:
                                 "cache_write_5m": o.usage.cache_write_5m,
                                 "cache_write_1h": o.usage.cache_write_1h,
                                 "refused": o.refused,
+                                "summary_output_tokens": o.summary_output,
                                 "relative_price": round(
                                     run.prices.cost(o.usage) / o.usage.input_tokens, 6
                                 )
@@ -439,7 +455,9 @@ def _chart(result: ConversationResult) -> str:
     for i, run in enumerate(runs):
         colour = _COLOURS[i % len(_COLOURS)]
         dash = _DASHES[(i // len(_COLOURS)) % len(_DASHES)]
-        points = " ".join(f"{x(o.index):.1f},{y(share(o)):.1f}" for o in run.outcomes)
+        points = " ".join(
+            f"{x(o.index):.1f},{y(share(o)):.1f}" for o in run.outcomes if not o.summary
+        )
         dashed = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dashed} '

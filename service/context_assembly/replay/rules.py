@@ -29,13 +29,26 @@ model's minimum (1,024 tokens) up in steps of 128; every request leaves its pref
 The prefix is compared block by block (a message, a tool): a prefix that ends inside a block is
 not counted, which under-states a read by at most the step.
 
+OpenAI GPT-5.6 and later (``OpenAIBreakpointCache``, models with ``explicit_cache_breakpoints``),
+from its prompt caching guide and the ``prompt_cache_options`` reference:
+
+- an entry is written only at a breakpoint: a block with ``prompt_cache_breakpoint`` (``Segment``
+  ``breakpoint``) or, in the default implicit mode, OpenAI's own at the newest block it may mark
+  (``eligible``: not an assistant's); at most ``MAX_MARKERS`` (4) per request: the latest 3
+  explicit ones beside the implicit one, or the latest 4 in explicit mode
+  (``prompt_cache_options.mode: "explicit"``); none below the model's minimum;
+- a request reads the longest of its prefixes that ends exactly at a live entry among the latest
+  ``OPENAI_MATCHED`` (80) written, however far back: no shorter prefix, no 128-token steps;
+- cache creation is the tokens from the read point to the last breakpoint written; an entry lives
+  ``OPENAI_BREAKPOINT_LIFETIME`` (30 minutes, the ``ttl`` default) after it was written or read.
+
 ``TheoryCache`` is the upper bound of any client: every request reads the longest prefix it
 shares with any earlier request whose entry is still alive (its lifetime refreshed by each use),
 at every block boundary, from the model's minimum up.
 
 Prices are relative to an uncached input token (``Prices``): Anthropic reads 0.1, 5-minute writes
-1.25, 1-hour writes 2; OpenAI writes cost what uncached input costs and reads the model's cached
-price (``openai_prices``).
+1.25, 1-hour writes 2; OpenAI writes cost what uncached input costs (1.25 times on GPT-5.6 and
+later) and reads the model's cached price (``openai_prices``).
 """
 
 from __future__ import annotations
@@ -61,6 +74,15 @@ OPENAI_LIFETIME: Final = 300.0
 OPENAI_STEP: Final = 128
 """OpenAI caches from the model's minimum up in steps of this many tokens."""
 
+OPENAI_MATCHED: Final = 80
+"""How many of the latest breakpoints written OpenAI matches a request against (GPT-5.6 on)."""
+
+OPENAI_BREAKPOINT_LIFETIME: Final = 1800.0
+"""An entry's lifetime on GPT-5.6 and later: the ``30m`` ttl, a documented minimum."""
+
+OPENAI_BREAKPOINT_WRITE: Final = 1.25
+"""The price of a cache write on GPT-5.6 and later, relative to uncached input."""
+
 
 class TooManyMarkers(ValueError):
     """A prompt with more cache markers than the provider accepts (it refuses the request)."""
@@ -74,6 +96,8 @@ class Segment:
     key: bytes
     tokens: int
     marker: Ttl | None = None
+    breakpoint: bool = False  # an OpenAI ``prompt_cache_breakpoint`` on the block
+    eligible: bool = True  # a block OpenAI's implicit breakpoint may end on (not an assistant's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,22 +129,29 @@ class Prices:
     write_5m: float
     write_1h: float
     usd: tuple[float | None, float | None, float | None, float | None] | None = None
+    output: float = 5.0  # an output token, relative to an uncached input token
 
-    def cost(self, usage: Usage) -> float:
-        """The request's input cost in uncached-token units."""
+    def cost(self, usage: Usage, output_tokens: int = 0) -> float:
+        """The request's input cost in uncached-token units (with ``output_tokens``: those
+        too, at ``output``; only a summary call of the replay counts its output)."""
         return (
             usage.uncached
             + usage.cache_read * self.read
             + usage.cache_write_5m * self.write_5m
             + usage.cache_write_1h * self.write_1h
+            + output_tokens * self.output
         )
 
-    def dollars(self, usage: Usage) -> float | None:
+    def dollars(self, usage: Usage, output_tokens: int = 0) -> float | None:
         """The request's input cost in USD at the model's price (``None`` without one, or when
-        a bucket with tokens has no rate)."""
+        a bucket with tokens has no rate); ``output_tokens`` as in ``cost``."""
         if self.usd is None:
             return None
         total = 0.0
+        if output_tokens:
+            if self.usd[0] is None:
+                return None
+            total += output_tokens * self.output * self.usd[0] / 1_000_000
         buckets = (usage.uncached, usage.cache_read, usage.cache_write_5m, usage.cache_write_1h)
         for tokens, rate in zip(buckets, self.usd, strict=True):
             if tokens and rate is None:
@@ -142,13 +173,17 @@ _OPENAI_READ: Final = (
     ("o1", 0.5),
 )
 OPENAI_DEFAULT_READ: Final = 0.5
+OPENAI_OUTPUT: Final = 8.0
+"""An output token relative to an input one, without the model's price (GPT-5's ratio)."""
 
 
-def openai_prices(model: str) -> Prices:
-    """OpenAI's prices for ``model`` (a registry name): writes cost what uncached input costs."""
+def openai_prices(model: str, *, breakpoints: bool = False) -> Prices:
+    """OpenAI's prices for ``model`` (a registry name): writes cost what uncached input costs,
+    or ``OPENAI_BREAKPOINT_WRITE`` on a model with explicit breakpoints (``breakpoints``)."""
     read = next((share for prefix, share in _OPENAI_READ if model.startswith(prefix)), None)
     share = OPENAI_DEFAULT_READ if read is None else read
-    return Prices(read=share, write_5m=1.0, write_1h=1.0)
+    write = OPENAI_BREAKPOINT_WRITE if breakpoints else 1.0
+    return Prices(read=share, write_5m=write, write_1h=write, output=OPENAI_OUTPUT)
 
 
 def _boundaries(prompt: Sequence[Segment]) -> list[int]:
@@ -273,6 +308,51 @@ class OpenAICache:
         for segment in prompt:
             self._entries.put(segment.key, now, self.lifetime)
         return Usage(total, read)
+
+
+class OpenAIBreakpointCache:
+    """OpenAI's caching on GPT-5.6 and later for one model (rules in the module doc)."""
+
+    def __init__(self, minimum: int | None) -> None:
+        self.minimum = minimum
+        self._entries = _Entries()
+        self._latest: list[bytes] = []  # the keys of the latest breakpoints written, oldest first
+
+    def send(self, prompt: Sequence[Segment], now: float, *, explicit: bool = False) -> Usage:
+        """The usage of ``prompt`` sent at ``now``; ``explicit``: the request's
+        ``prompt_cache_options.mode`` is ``explicit`` (no implicit breakpoint)."""
+        ends = _boundaries(prompt)
+        total = ends[-1] if ends else 0
+        minimum = self.minimum
+        if minimum is None:
+            return Usage(total)
+        self._entries.sweep(now)
+        matched = set(self._latest)
+        read = 0
+        for i in range(len(prompt) - 1, -1, -1):
+            if ends[i] < minimum:
+                break
+            entry = self._entries.live(prompt[i].key, now) if prompt[i].key in matched else None
+            if entry is not None:
+                read = ends[i]
+                self._entries.refresh(entry, now)
+                break
+        marked = [i for i, segment in enumerate(prompt) if segment.breakpoint]
+        if explicit:
+            chosen = marked[-MAX_MARKERS:]
+        else:
+            newest = next((i for i in range(len(prompt) - 1, -1, -1) if prompt[i].eligible), None)
+            chosen = marked[-(MAX_MARKERS - 1) :] + ([] if newest is None else [newest])
+        written = sorted({i for i in chosen if ends[i] >= minimum})
+        for i in written:
+            key = prompt[i].key
+            self._entries.put(key, now, OPENAI_BREAKPOINT_LIFETIME)
+            if key in matched:
+                self._latest.remove(key)
+            self._latest.append(key)
+        del self._latest[:-OPENAI_MATCHED]
+        write = max(0, ends[written[-1]] - read) if written else 0
+        return Usage(total, read, cache_write_5m=write)
 
 
 class TheoryCache:

@@ -45,8 +45,6 @@ Observation: TypeAlias = Mapping[str, Any]
 Slot = Literal["last", "auxiliary"]
 """Where an observation goes: ``last`` for ``main``/``wrap_up`` calls, ``auxiliary`` for ``repair``."""
 
-SLOTS: tuple[Slot, ...] = ("last", "auxiliary")
-
 ClaimResult = Literal["claimed", "used", "missing"]
 """``claimed``: this caller owns the one refresh; ``used``: someone already did; ``missing``: no record."""
 

@@ -18,8 +18,9 @@ synchronous``): WAL journal, ``synchronous`` as configured (``[store] sqlite_syn
 process, a power loss or an OS crash may lose the last ones), ``FULL`` to keep those too, at an
 fsync of the WAL per commit (docs/decisions.md, Storage); busy timeout 5 s by default.
 WAL needs shared memory, so the file must be on a local disk. Versions 3.7.0–3.51.2 have the
-WAL-reset bug that can corrupt a database written by several processes at once; see
-``wal_multiprocess_safe`` (the settings validator should refuse several workers unless it holds).
+WAL-reset bug that can corrupt a database written by several processes at once (fixed in 3.51.3,
+backported to 3.50.7 and 3.44.6): the settings validator refuses several workers on SQLite
+(``config.py``), so one service process writes the file.
 
 Schema (``PRAGMA user_version`` = 4; an older file gains the tables it lacks on open):
 
@@ -139,20 +140,6 @@ _LIVE = "id = ? AND tenant = ? AND expires_at > ?"
 Synchronous = Literal["normal", "full"]
 # ``[store] sqlite_synchronous`` to the PRAGMA's keyword: only these reach SQL text.
 _SYNCHRONOUS: dict[str, str] = {"normal": "NORMAL", "full": "FULL"}
-
-
-def wal_multiprocess_safe(version: tuple[int, int, int] = sqlite3.sqlite_version_info) -> bool:
-    """Whether this SQLite is free of the WAL-reset bug (its section in SQLite's documentation of
-    write-ahead logging).
-
-    Fixed in 3.51.3, with backports 3.50.7 and 3.44.6; every version from 3.7.0 to 3.51.2 is
-    otherwise affected when several processes write or checkpoint at once.
-    """
-    if version >= (3, 51, 3):
-        return True
-    if (3, 50, 7) <= version < (3, 51, 0):
-        return True
-    return (3, 44, 6) <= version < (3, 45, 0)
 
 
 class SqliteStore:

@@ -2,10 +2,12 @@
 
 * ``TiktokenCounter(name)``: exact counts with ``encode_ordinary`` (block text is data: a block
   containing ``<|endoftext|>`` is counted as the literal characters, never as a special token).
+  Its ``splits(left, right)`` says where counts add up across a join (``encodings.splits_between``),
+  so that ``core.counting.count_joined`` sums the counts of a text's parts instead of counting it.
 * ``CachedCounter(inner)``: memoises ``inner.count`` in a bounded two-generation cache keyed by
   ``(tokenizer name, text key)``. The text key is the text itself below 64 characters and two
   hashes of it above (see ``CountCache``), so a cached 100 KB block costs a few machine words of
-  key, not 100 KB.
+  key, not 100 KB. Its ``splits`` is its inner counter's (none for the estimate).
 * ``get_counter(name)``: the process-wide counter for a tokenizer. All three (o200k, cl100k and
   the estimate) are cached and share one ``CountCache``, so the process has one memory bound.
   The estimate is cached too: on a 1.25 KB text it costs ~18 µs against ~1 µs for a hit.
@@ -28,7 +30,7 @@ from typing import Final, NamedTuple, cast
 
 from context_assembly.core.counting import TokenCounter, TokenizerName, block_piece
 from context_assembly.core.request import Block
-from context_assembly.tokens.encodings import EncodingName, get_encoding
+from context_assembly.tokens.encodings import EncodingName, get_encoding, splits_between
 from context_assembly.tokens.estimate import EstimateCounter
 
 SHORT_KEY_CHARS: Final = 64
@@ -50,6 +52,11 @@ class TiktokenCounter:
 
     def count(self, text: str) -> int:
         return len(self._encode(text))
+
+    def splits(self, left: str, right: str) -> bool:
+        """Whether the count of ``left + right + rest`` is that of ``left`` plus that of
+        ``right + rest`` (``encodings.splits_between``)."""
+        return splits_between(left, right)
 
     def __repr__(self) -> str:
         return f"TiktokenCounter({self._name!r})"
@@ -216,6 +223,11 @@ class CachedCounter:
             cache.put(key, found)
         assert isinstance(found, int)  # text keys and block keys differ in shape, never collide
         return found
+
+    def splits(self, left: str, right: str) -> bool:
+        """``inner.splits(left, right)``; ``False`` when ``inner`` has no ``splits``."""
+        splits = getattr(self._inner, "splits", None)
+        return splits is not None and bool(splits(left, right))
 
     def count_blocks(self, blocks: Sequence[Block]) -> list[tuple[int, int]]:
         """Each block's piece counts (full, projected or -1), cached per block in one entry; the

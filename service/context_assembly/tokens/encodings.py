@@ -15,6 +15,9 @@ The split pattern and special tokens below are copied from ``openai_public.py`` 
 ``tests/tokens`` compares them with the installed tiktoken so a drift fails CI, not production.
 Each encoding is built once per process, on first use, under a lock: building o200k_base takes
 0.3–0.6 s of CPU (cl100k_base about half), which two threads must not both spend.
+
+``splits_between`` says where the split patterns cut any text, so that counts add up across
+such a join (the data message is laid out on such joins: ``core/select.py``).
 """
 
 from __future__ import annotations
@@ -93,6 +96,37 @@ SPECS: dict[EncodingName, EncodingSpec] = {
         },
     ),
 }
+
+
+def splits_between(left: str, right: str) -> bool:
+    """Whether the pre-tokeniser of every encoding in ``SPECS`` splits ``left + right`` exactly
+    between the two, whatever follows ``right``: then the tokens of ``left + right + rest`` are
+    those of ``left`` followed by those of ``right + rest``, and counts add up across the join.
+
+    tiktoken first splits a text with its pattern (``pat_str``), then encodes each piece alone.
+    A conservative rule on the two characters at the join (``False`` says nothing either way):
+
+    * ``left`` ends with a newline and ``right`` starts with neither whitespace nor ``/``: the
+      alternatives that take a newline go on only over whitespace (the ``\\s`` ones), or over
+      newlines (cl100k's punctuation run) and slashes (o200k's); the letter alternatives' one
+      leading character is never a newline.
+    * ``left`` ends with a character other than whitespace and ``right`` starts with a space: a
+      space follows anything but whitespace only as the first character of a piece (the letter
+      and punctuation alternatives' optional leading character), so a piece ends at the join;
+      and ``left`` does not end with the whitespace that the lookaheads (``(?!\\S)``, ``$``)
+      read past the join.
+
+    Python's ``str.isspace`` holds for every character the patterns' ``\\s`` matches (and for a
+    few more), so it errs on the safe side. ``tests/tokens`` checks the rule against full counts
+    for every encoding in ``SPECS``, on texts with whitespace, letters, marks, digits and
+    punctuation at the join.
+    """
+    if not left or not right:
+        return False  # an empty part has no join of its own: its neighbours' join decides
+    last, first = left[-1], right[0]
+    if last == "\n":
+        return not first.isspace() and first != "/"
+    return first == " " and not last.isspace()
 
 
 def data_dir() -> Traversable:

@@ -39,6 +39,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StringConstraints,
     ValidationError,
     model_validator,
@@ -106,6 +107,10 @@ class ModelEntry(_Frozen):
     max_output_tokens: Limit
     # None (or absent): the provider caches nothing for it, so no cache marker is placed.
     min_cacheable_prefix: Limit | None = None
+    # OpenAI GPT-5.6 and later: the model takes explicit ``prompt_cache_breakpoint`` markers and
+    # ``prompt_cache_options`` (OpenAI refuses both on earlier models), and its cache is matched
+    # only at a breakpoint (``core/cache.py``).
+    explicit_cache_breakpoints: StrictBool = False
     aliases: tuple[ModelName, ...] = ()
     # Only with tokenizer "estimate": a factor (at least 1) on every estimated count of the
     # entry, for a model whose tokenizer counts more than the estimator allows for (Claude
@@ -133,6 +138,10 @@ class ModelEntry(_Frozen):
             )
         if self.max_output_tokens > self.context_window:
             raise ValueError(f"{self.name}: max_output_tokens exceeds context_window")
+        if self.explicit_cache_breakpoints and self.provider != "openai":
+            raise ValueError(
+                f"{self.name}: explicit_cache_breakpoints applies to OpenAI models only"
+            )
         if exact and self.estimate_scale != 1.0:
             raise ValueError(f"{self.name}: estimate_scale applies to tokenizer 'estimate' only")
         if self.checked is not None:
@@ -213,12 +222,6 @@ class RegisteredModel:
     entry: ModelEntry
     profile: ModelProfile
     origin: Origin
-
-
-def normalise_model_name(model: str) -> str:
-    """Lower-case, drop a routing prefix (``models/``, ``openai/``) and OpenAI's ``ft:``."""
-    name = model.strip().lower().rpartition("/")[2]
-    return name.removeprefix("ft:")
 
 
 def _base_name(model: str) -> str:
@@ -360,6 +363,12 @@ class ModelRegistry:
             if item.profile.provider == provider and item.profile.min_cacheable_prefix is not None
         ]
         return max(minimums, default=None)
+
+    def explicit_cache_breakpoints(self, model: str) -> bool:
+        """Whether ``model`` takes OpenAI's explicit cache breakpoints and ``prompt_cache_options``
+        (``False`` for a model the registry does not know: OpenAI refuses them on older models)."""
+        found = self.resolve(model)
+        return found is not None and found.entry.explicit_cache_breakpoints
 
     def all(self) -> list[ModelProfile]:
         """Every model family, in data-file order (configured additions last)."""

@@ -16,15 +16,23 @@
           ├── ContributorUrlRejectedError    CONTRIBUTOR_URL_REJECTED   422
           ├── AuthenticationError            UNAUTHENTICATED            401
           ├── NotFoundError                  NOT_FOUND                  404
+          ├── MethodNotAllowedError          METHOD_NOT_ALLOWED         405
           ├── BadRequestError                BAD_REQUEST                400
           ├── PayloadTooLargeError           PAYLOAD_TOO_LARGE          413
+          ├── RequestHeadTooLargeError       REQUEST_HEAD_TOO_LARGE     431
+          ├── RequestTimeoutError            REQUEST_TIMEOUT            408
           ├── StoreUnavailableError          STORE_UNAVAILABLE          503
-          └── InternalServerError            any other 5xx
+          ├── RecordTooNewError              RECORD_TOO_NEW             503
+          └── InternalServerError            INTERNAL                   500, any other 5xx
 
 The class is chosen from the problem ``code`` first; an answer without a known code (a proxy's
 page, a future code) falls back by status: 400, 401, 404 and 413 to their classes, any other 5xx
 to ``InternalServerError``, anything else to ``APIStatusError`` itself. All of it happens in
 :func:`make_status_error`, the one place that reads an error response.
+
+The codes are the OpenAPI document's ``ProblemCode``: each class names one (``expected_code``),
+the code→class table is made from the classes, and tests/clients/test_client_shape.py fails when
+a code of the document has no class or a class names a code the document does not have.
 """
 
 from __future__ import annotations
@@ -48,8 +56,12 @@ __all__ = [
     "ContributorUrlRejectedError",
     "InternalServerError",
     "InvalidRequestError",
+    "MethodNotAllowedError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "RecordTooNewError",
+    "RequestHeadTooLargeError",
+    "RequestTimeoutError",
     "StaleError",
     "StoreUnavailableError",
     "make_status_error",
@@ -169,6 +181,12 @@ class NotFoundError(APIStatusError):
     expected_code = "NOT_FOUND"
 
 
+class MethodNotAllowedError(APIStatusError):
+    """The path exists, but not with this method."""
+
+    expected_code = "METHOD_NOT_ALLOWED"
+
+
 class BadRequestError(APIStatusError):
     """The request was not valid HTTP and was refused before it was read (a malformed request
     line, header field, ``Content-Length`` or chunk): a bug in the HTTP stack that sent it, or in
@@ -183,33 +201,49 @@ class PayloadTooLargeError(APIStatusError):
     expected_code = "PAYLOAD_TOO_LARGE"
 
 
+class RequestHeadTooLargeError(APIStatusError):
+    """The request head (target and header fields) is over the service's configured limit."""
+
+    expected_code = "REQUEST_HEAD_TOO_LARGE"
+
+
+class RequestTimeoutError(APIStatusError):
+    """The request head or body did not reach the service within its time limit (a client-side
+    timeout is :class:`APITimeoutError`)."""
+
+    expected_code = "REQUEST_TIMEOUT"
+
+
 class StoreUnavailableError(APIStatusError):
     """The service's store cannot be reached right now; retry-safe calls are retried."""
 
     expected_code = "STORE_UNAVAILABLE"
 
 
+class RecordTooNewError(APIStatusError):
+    """The preparation was written by a newer version of the service, whose record the replica
+    that answered does not read (a rolling deploy); retry-safe calls are retried."""
+
+    expected_code = "RECORD_TOO_NEW"
+
+
 class InternalServerError(APIStatusError):
-    """A 5xx answer without a known problem code (an unexpected failure, or a proxy's error)."""
+    """An unexpected failure of the service, or a 5xx answer without a known problem code (a
+    proxy's error)."""
+
+    expected_code = "INTERNAL"
 
 
+def _status_classes(base: type[APIStatusError]) -> list[type[APIStatusError]]:
+    """``base`` and every class under it."""
+    return [base, *(cls for sub in base.__subclasses__() for cls in _status_classes(sub))]
+
+
+# The class of each problem code: every class of this module that names one.
 _BY_CODE: dict[str, type[APIStatusError]] = {
     cls.expected_code: cls
-    for cls in (
-        InvalidRequestError,
-        AssemblyOverflowError,
-        ContextOverflowError,
-        AssemblyTimeoutError,
-        StaleError,
-        ContributorFailedError,
-        ContributorUrlRejectedError,
-        AuthenticationError,
-        NotFoundError,
-        BadRequestError,
-        PayloadTooLargeError,
-        StoreUnavailableError,
-    )
-    if cls.expected_code is not None
+    for cls in _status_classes(APIStatusError)
+    if cls.expected_code is not None and cls.__module__ == __name__
 }
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {

@@ -269,9 +269,28 @@ class CacheBreakpoint(BaseModel):
     """
     The tokens of the prefix up to and including it.
     """
-    ttl: Literal["5m", "1h"]
+    ttl: Literal["5m", "1h", "30m"]
     """
-    The marker's lifetime.
+    The marker's lifetime: `5m` or `1h` (Anthropic), `30m` (OpenAI's default, the shortest it keeps an entry).
+    """
+
+
+class CacheControlDirective(BaseModel):
+    """
+    Anthropic's top-level `cache_control`: automatic caching of the request's last block.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    ttl: Literal["5m", "1h"] | None = None
+    """
+    `1h`; absent for the 5-minute default.
+    """
+    type: Literal["ephemeral"]
+    """
+    Always `ephemeral`.
     """
 
 
@@ -284,13 +303,29 @@ class CacheOptions(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
+    automatic: bool = False
+    """
+    With `render: "anthropic"`, a top-level `cache_control` (automatic caching: the provider marks the request's last block). It takes one of the 4 marker slots, and in `transcript` it stands in for the marker on the frame's end.
+    """
     breakpoints: bool = False
     """
-    With `render: "anthropic"`, `cache_control` markers (at most 4) after the last tool, after the leading system content and on the last history message, each only where the tokens up to it reach the model's minimum cacheable length. `neutral` reports the plan without markers; the other renders ignore it.
+    With `render: "anthropic"`, `cache_control` markers (at most 4) after the last tool, after the leading system content and on the last history message, each only where the tokens up to it reach the model's minimum cacheable length. With an OpenAI render and a model with `explicit_cache_breakpoints` (GPT-5.6 and later), `prompt_cache_breakpoint` markers at the same places (never on an assistant message, never with `retention`). `neutral` reports the plan without markers; the other renders and models ignore it.
+    """
+    diagnostics: bool = False
+    """
+    Ask the provider why its cache missed, against the previous turn's response: Anthropic's `diagnostics.previous_message_id` (`null` on a first turn, or when the previous turn's usage report named no `response_id`), OpenAI Responses' `prompt_cache_options.comparison_response_id` on models with `explicit_cache_breakpoints` (when there is an id to name).
+    """
+    instructions_ttl: Literal["5m", "1h"] | None = None
+    """
+    Anthropic: the lifetime of the markers after the tools and after the leading instructions, which change less often than the conversation (absent: `ttl`). A 1-hour marker must come before a 5-minute one, so `5m` here with `ttl: 1h` is refused.
     """
     key: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
     """
     OpenAI renders: the body's `prompt_cache_key`, this string or, for `auto`, one derived from tenant and scope (the same for every turn of the scope, never the scope's values).
+    """
+    mode: Literal["implicit", "explicit"] = "implicit"
+    """
+    OpenAI models with `explicit_cache_breakpoints`: `implicit` keeps OpenAI's own breakpoint on the newest message beside at most 3 of the plan's; `explicit` sends `prompt_cache_options: {"mode": "explicit"}` and the plan places up to 4 (needs `breakpoints: true`; refused with `retention`).
     """
     previous_preparation_id: (
         Annotated[
@@ -307,7 +342,64 @@ class CacheOptions(BaseModel):
     """
     ttl: Literal["5m", "1h"] = "5m"
     """
-    The markers' lifetime; `1h` adds `"ttl": "1h"` to each.
+    The Anthropic markers' lifetime; `1h` adds `"ttl": "1h"` to each.
+    """
+
+
+TriggerTokens = TypeAliasType(
+    "TriggerTokens", Annotated[int, Field(ge=1, le=100000000)]
+)
+"""
+The trigger in input tokens; takes the place of `trigger_fraction`.
+"""
+
+
+class CompactionOptions(BaseModel):
+    """
+    When the service says the conversation should be compacted, and whether it acts
+    (docs/compaction.md). The decision is in every answer (`selection.compaction`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    clear_at_least: Annotated[int, Field(ge=0, le=1000000)] = 5000
+    """
+    `clear_tool_results`: clearing fires only when it removes at least this many tokens (so the cache prefix is broken for a worthwhile gain, not for each result).
+    """
+    exclude_tools: Annotated[list[str], Field(max_length=256)] = []
+    """
+    `clear_tool_results`: tools whose results are never cleared.
+    """
+    horizon_turns: Annotated[int, Field(ge=1, le=1000)] = 10
+    """
+    The turns ahead over which carrying the history is priced against compacting it (`selection.compaction.economics`).
+    """
+    keep_tool_results: Annotated[int, Field(ge=0, le=1000000)] = 3
+    """
+    `clear_tool_results`: the newest tool results never cleared.
+    """
+    mode: Literal["report", "native", "summarize", "clear_tool_results"] = "report"
+    """
+    `report`: decide and say, the caller compacts. `native`: the frame asks the provider to compact at the trigger (Anthropic and OpenAI Responses renders). `summarize`: the service's summarizer contributor folds the history before the latest user turn into one summary message. `clear_tool_results`: old tool results are replaced with a placeholder naming the call.
+    """
+    summarizer: (
+        Annotated[str, StringConstraints(min_length=1, max_length=128)] | None
+    ) = None
+    """
+    `summarize`: the registered contributor endpoint (`[contributors.NAME]`, a webhook) that writes the summary.
+    """
+    summary_tokens: Annotated[int, Field(ge=0, le=1000000)] = 2000
+    """
+    The expected size of a summary, for the price comparison; `summarize` asks the summarizer for at most this many tokens.
+    """
+    trigger_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    """
+    The trigger as a share of the model's window (unless `trigger_tokens`).
+    """
+    trigger_tokens: TriggerTokens | None = None
+    """
+    The trigger in input tokens; takes the place of `trigger_fraction`.
     """
 
 
@@ -346,6 +438,34 @@ class Contribution(BaseModel):
     source: Annotated[str, Field(min_length=1)]
     """
     The plugin whose content view these blocks replace.
+    """
+
+
+Revision1 = TypeAliasType(
+    "Revision1", Annotated[int, Field(ge=-9223372036854776000, lt=9223372036854776000)]
+)
+"""
+The version of what the source holds for this scope: a string, a finite number or an integer within signed 64 bits. Validate compares it with the prepare's.
+"""
+
+
+class ContributorAnswer(BaseModel):
+    """
+    A contributor's ``200`` body: exactly ``{revision, blocks}``, blocks as the core models
+    them (the request-wide block rules of docs/contract.md, "Block rules", run later, over every
+    source, in the core).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    blocks: list[Block]
+    """
+    The source's blocks (none is `[]`).
+    """
+    revision: str | Revision1 | float
+    """
+    The version of what the source holds for this scope: a string, a finite number or an integer within signed 64 bits. Validate compares it with the prepare's.
     """
 
 
@@ -447,6 +567,10 @@ class CostReport(BaseModel):
     """
     Whether the long-context rates applied.
     """
+    miss: float | None = None
+    """
+    What the call's cache miss cost: `total` less what the call would have cost had its `rebilled_tokens` been read from the cache (taken from its cache writes first, then from its uncached input). 0 without a miss; `null` for a wrap-up or repair call, when `rebilled_tokens` is `null`, or when the price has no cache read rate.
+    """
     output: float
     """
     Generated tokens, reasoning included.
@@ -466,6 +590,49 @@ class CostReport(BaseModel):
     uncached_input: float
     """
     Input tokens neither read from nor written to the cache.
+    """
+
+
+class DiagnosticsDirective(BaseModel):
+    """
+    Anthropic's request `diagnostics`: the provider compares this request with the one that
+    answered `previous_message_id` and says why its cache missed.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    previous_message_id: str | None
+    """
+    The previous turn's response id (`msg_…`) from its usage report; `null` on a first turn or when no report named one (the provider then only keeps this request's fingerprint for the next turn).
+    """
+
+
+class Economics(BaseModel):
+    """
+    Whether compacting pays, in USD at the model's prices, over `horizon_turns` turns.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    carry_usd: float
+    """
+    Carrying what compaction would remove, read from the cache at the cache-read rate, on each of the next `horizon_turns` turns.
+    """
+    compact_usd: float
+    """
+    Compacting: writing the rebuilt frame to the cache once, plus (for `compact`) the summary call reading the folded part and writing the summary.
+    """
+    horizon_turns: int
+    """
+    The turns the comparison looks ahead.
+    """
+    pays: bool
+    """
+    Whether `carry_usd` exceeds `compact_usd`.
     """
 
 
@@ -530,9 +697,9 @@ class ManifestWarning(BaseModel):
         extra="allow",
         frozen=True,
     )
-    code: Literal["unknown_model", "estimate_over_window"]
+    code: Literal["unknown_model", "estimate_over_window", "compaction_failed"]
     """
-    `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides.
+    `unknown_model`: the model is not in the registry; its tokens are counted with the conservative estimate and its window is the request's or the fallback. `estimate_over_window`: the estimated count is over the window but the provider's may not be (it would fit were the estimated part half its size): the frame is not refused; it carries the protected data only, and the provider's count decides. `compaction_failed`: `summarize` decided to compact but the summarizer failed (or there was nothing to fold): the frame is sent uncompacted.
     """
     detail: str
     """
@@ -635,6 +802,29 @@ class NamedChange(BaseModel):
     """
 
 
+class NativeDirective(BaseModel):
+    """
+    The provider's own compaction, as the frame asks for it (`mode: "native"`).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    beta: str | None
+    """
+    The `anthropic-beta` header value the call must carry (`null`: none).
+    """
+    parameter: Literal["context_management"]
+    """
+    The body member that carries it.
+    """
+    threshold_tokens: int
+    """
+    The input tokens at which the provider compacts (Anthropic: at least 50,000).
+    """
+
+
 class NativeHistory(BaseModel):
     """
     A conversation the provider holds (a previous response id, a server-side compacted item):
@@ -729,6 +919,15 @@ class Observation(BaseModel):
     """
     `provider_input_tokens` minus the service's estimate.
     """
+    miss_cause: (
+        Literal[
+            "model", "layout", "tools", "instructions", "history", "expired", "provider"
+        ]
+        | None
+    ) = None
+    """
+    Why this main call read less from the cache than it could have: the first part of the prefix that changed from the previous turn's (`model`, `layout`, `tools`, `instructions`, `history`), `expired` (the previous turn was older than the provider keeps a cached prefix) or `provider` (the provider reported fewer cached tokens than expected). `null` without a miss, and for a wrap-up or repair call.
+    """
     observed_at: str
     """
     When it was recorded (RFC 3339).
@@ -744,6 +943,10 @@ class Observation(BaseModel):
     provider_input_tokens: int | None
     """
     Every input token the provider processed, cached or not.
+    """
+    rebilled_tokens: int | None = None
+    """
+    Input tokens of this main call that its cache miss billed again: what it would have read from the cache without the miss, less what it read (0 without a miss). Without the miss means: the expected cached tokens for `provider`; the smaller of this turn's and the previous turn's cacheable tokens for `expired`, and for a changed prefix when the previous turn was within the cache lifetime. `null` for a wrap-up or repair call, and for a preparation stored before the figures were kept.
     """
     report_id: str
     """
@@ -860,39 +1063,22 @@ Managed routing: distinct candidate models in order of preference; the answer's 
 """
 
 
-class Problem(BaseModel):
+class PromptCacheOptionsDirective(BaseModel):
     """
-    An RFC 9457 problem (`application/problem+json`), with the field or source it is about
-    where there is one: `field`, `sources`, `block_ids`, `reasons`, `errors`, `candidates`.
+    OpenAI's `prompt_cache_options` (models with `explicit_cache_breakpoints` only).
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
-    code: str
+    comparison_response_id: str | None = None
     """
-    The error code (`CONTEXT_ASSEMBLY_INVALID`, `NOT_FOUND`, ...); the clients raise one error class per code.
+    The previous turn's response id (`resp_…`) the provider compares this request with (Responses only, with `cache.diagnostics`).
     """
-    detail: str
+    mode: Literal["explicit"] | None = None
     """
-    What went wrong with this request.
-    """
-    instance: str | None = None
-    """
-    The path of the request.
-    """
-    status: int
-    """
-    The HTTP status.
-    """
-    title: str
-    """
-    A short summary of the kind of problem.
-    """
-    type: str
-    """
-    `urn:context-assembly:problem:` and the code in lower case with hyphens: a name for the kind of problem, not an address to fetch.
+    `explicit`: no breakpoint of OpenAI's own (absent: its implicit default).
     """
 
 
@@ -936,6 +1122,18 @@ class RepairResponse(BaseModel):
     preparation_id: str
     """
     The preparation repaired.
+    """
+
+
+class RevisionAnswer(BaseModel):
+    """
+    The answer to a ``revision`` packet: ``{revision}`` (other members are ignored, so a
+    contributor may answer both packet types with the same body).
+    """
+
+    revision: str | Revision1 | float
+    """
+    The version of what the source holds for this scope: a string, a finite number or an integer within signed 64 bits. Validate compares it with the prepare's.
     """
 
 
@@ -1072,9 +1270,16 @@ class SkippedBreakpoint(BaseModel):
     """
     Where the marker would have gone.
     """
-    reason: Literal["below_minimum", "unstable_in_layout", "limit"]
+    reason: Literal[
+        "below_minimum",
+        "unstable_in_layout",
+        "limit",
+        "not_markable",
+        "automatic",
+        "retention",
+    ]
     """
-    `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes.
+    `below_minimum`: the tokens up to it are under the model's minimum cacheable length. `unstable_in_layout`: that part changes each turn in `legacy`. `limit`: more markers than the provider takes. `not_markable`: OpenAI takes no breakpoint there (on tool definitions, on an assistant message, on a part of another kind). `automatic`: the provider's own marker ends the frame there (Anthropic's automatic caching, OpenAI's implicit mode), counted in `cacheable_tokens`. `retention`: OpenAI breakpoints are not sent with `prompt_cache_retention`.
     """
 
 
@@ -1177,6 +1382,17 @@ class SourceReport(BaseModel):
     """
 
 
+class SummaryAnswer(BaseModel):
+    """
+    The summarizer's ``200`` body: ``{summary}`` (other members are ignored).
+    """
+
+    summary: Annotated[str, Field(min_length=1)]
+    """
+    The summary, which replaces the folded messages as one message; what it says is the summarizer's.
+    """
+
+
 class TextPart(BaseModel):
     """
     A text part of a message's content.
@@ -1192,107 +1408,6 @@ class TextPart(BaseModel):
     type: Literal["text"]
     """
     Always `text`.
-    """
-
-
-class TimelineTurn(BaseModel):
-    """
-    One preparation of a timeline: its figures, how its prefix compared with the one before
-    (``prefix_kept``/``first_change`` as in ``selection.cache``) and why the cached tokens are
-    what they are.
-    """
-
-    model_config = ConfigDict(
-        extra="allow",
-        frozen=True,
-    )
-    cache_lifetime_seconds: float | None
-    """
-    How long the provider keeps a cached prefix after its last use, for this turn's render target and cache options (null: no cache the service models).
-    """
-    cache_write_tokens: int | None = None
-    """
-    The cache writes the provider reported for the turn's latest main or wrap-up call (null: no usage report, or none reported).
-    """
-    cacheable_tokens: int | None
-    """
-    Tokens of this turn's prefix a provider can cache (selection.cache).
-    """
-    cached_input_tokens: int | None
-    """
-    The cached input tokens the provider reported for the main call (null: no usage report).
-    """
-    cost: float | None = None
-    """
-    What the turn's latest main or wrap-up call cost in USD at the model's price, from its usage report (null: no report, or no price).
-    """
-    created_at: str | None
-    """
-    When the turn was prepared (RFC 3339, UTC).
-    """
-    expected_cached_tokens: int | None
-    """
-    The cached input tokens this turn's call can be expected to report.
-    """
-    expected_reason: (
-        Literal[
-            "first_turn",
-            "previous_unknown",
-            "prefix_changed",
-            "no_provider_cache",
-            "expired",
-            "nothing_cacheable",
-            "previous_nothing_cacheable",
-            "cached",
-        ]
-        | None
-    )
-    """
-    Why expected_cached_tokens is what it is: first_turn, previous_unknown (the previous preparation is unknown or expired), prefix_changed, no_provider_cache (the render target has none the service models), expired (the previous turn is older than the provider keeps a prefix), nothing_cacheable (this turn's prefix is below the model's minimum, or no marker was asked for), previous_nothing_cacheable (the previous turn cached nothing), or cached. Null for a record made before it was kept.
-    """
-    first_change: NamedChange | None
-    """
-    The first part of the prefix that changed, by name (null when kept).
-    """
-    layout: str
-    """
-    The layout of the frame.
-    """
-    miss: Literal["prefix_changed", "expired", "provider"] | None
-    """
-    A turn that read less from the cache than it could have: prefix_changed (the prefix differs from the previous turn's), expired (the previous turn is older than the provider's cache lifetime) or provider (the provider reported fewer cached tokens than expected). Null otherwise.
-    """
-    model: str
-    """
-    The model assembled for (the routed one).
-    """
-    prefix_kept: bool | None
-    """
-    Whether the previous turn's prefix starts this one (null: nothing to compare with).
-    """
-    preparation_id: str
-    """
-    The preparation of this turn.
-    """
-    previous_preparation_id: str | None
-    """
-    The preparation this turn was compared with (null: a first turn).
-    """
-    render: str
-    """
-    The render target of the frame.
-    """
-    seconds_since_previous: float | None
-    """
-    Seconds between the previous turn and this one (null: no previous turn).
-    """
-    total_input_tokens: int
-    """
-    The frame's estimated input tokens.
-    """
-    turn: int | None
-    """
-    The turn's number in its conversation: 1 when compared with nothing, the previous turn's plus one otherwise (a refresh keeps its turn's). Null for a record made before numbers were kept.
     """
 
 
@@ -1348,6 +1463,25 @@ class ToolCall(BaseModel):
     ) = None
     """
     The call's fields of the provider's shape that the neutral one has no place for, under the format's name; sent back by that format's render only.
+    """
+
+
+class TurnCompaction(BaseModel):
+    """
+    A timeline turn's compaction decision (`selection.compaction` of its preparation).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    decision: str
+    """
+    `none`, `compact` or `clear_tool_results`.
+    """
+    reason: str | None
+    """
+    Why (`selection.compaction.reason`).
     """
 
 
@@ -1468,6 +1602,10 @@ class AssemblyOptions(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
+    compaction: CompactionOptions | None = None
+    """
+    When the conversation should be compacted and how (`selection.compaction`).
+    """
     history_policy: HistoryPolicy | None = None
     """
     Whether the oldest history may be dropped when the frame does not fit.
@@ -1520,9 +1658,17 @@ class CacheReport(BaseModel):
     """
     The markers placed.
     """
+    cache_control: CacheControlDirective | None = None
+    """
+    The top-level `cache_control` (Anthropic and neutral renders, with `cache.automatic`).
+    """
     cacheable_tokens: int
     """
     Tokens a provider can cache: up to the last marker (Anthropic); by OpenAI's rule (at least 1,024, in steps of 128) for OpenAI renders.
+    """
+    diagnostics: DiagnosticsDirective | None = None
+    """
+    The request's `diagnostics` (Anthropic and neutral renders, with `cache.diagnostics`).
     """
     first_change: FirstChange | None
     """
@@ -1540,6 +1686,10 @@ class CacheReport(BaseModel):
     """
     The `prompt_cache_key` (OpenAI and neutral renders, when `cache.key` is set).
     """
+    prompt_cache_options: PromptCacheOptionsDirective | None = None
+    """
+    The `prompt_cache_options` (OpenAI and neutral renders, models with `explicit_cache_breakpoints`, when there is one to send).
+    """
     prompt_cache_retention: str | None = None
     """
     The `prompt_cache_retention` (OpenAI and neutral renders, when `cache.retention` is set).
@@ -1547,6 +1697,89 @@ class CacheReport(BaseModel):
     skipped: list[SkippedBreakpoint]
     """
     The markers left out, with the reason.
+    """
+
+
+class CompactionReport(BaseModel):
+    """
+    `selection.compaction`: the context pressure of the call and what it decided.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cleared_calls: list[str] = []
+    """
+    The tool calls whose results this frame sends cleared (earlier turns' and this turn's), oldest first.
+    """
+    cleared_tokens: int = 0
+    """
+    Tokens the clearing of this turn removed from the frame.
+    """
+    decision: Literal["none", "compact", "clear_tool_results"]
+    """
+    `none`, `compact` or `clear_tool_results`.
+    """
+    economics: Economics | None = None
+    """
+    Whether it pays, at the model's prices; `null` without a price or when under the trigger.
+    """
+    floor_tokens: int
+    """
+    What no compaction can remove: instructions, tools, the per-turn message, protected data, the latest user turn and its tool loop, a compaction item or summary at the head of the history.
+    """
+    folded_from: int = 0
+    """
+    `summarize`: the index of the first history message the summary replaced (after the history's leading system and developer messages, which are never folded).
+    """
+    folded_messages: int = 0
+    """
+    `summarize`: how many history messages, from `folded_from`, the summary replaced in this frame.
+    """
+    input_tokens: int
+    """
+    The frame's input tokens, as assembled.
+    """
+    mode: Literal["report", "native", "summarize", "clear_tool_results"]
+    """
+    The request's `assembly.compaction.mode`.
+    """
+    native: NativeDirective | None = None
+    """
+    The provider's compaction as the frame asks for it.
+    """
+    provider_item_dropped_messages: int = 0
+    """
+    History messages before a provider's compaction item, left out as the provider ignores them.
+    """
+    reason: Literal[
+        "under_trigger",
+        "floor_over_trigger",
+        "just_compacted",
+        "too_little_to_clear",
+        "does_not_pay",
+        "over_trigger",
+        "near_window",
+    ]
+    """
+    Why: `under_trigger`, `floor_over_trigger` (compacting could not bring the frame under the trigger), `just_compacted` (the previous turn of the scope compacted), `too_little_to_clear` (fewer clearable tool-result tokens than `clear_at_least`), `does_not_pay`, `over_trigger`, `near_window` (over the trigger and near the window: fires whether or not it pays).
+    """
+    reclaimable_tokens: int
+    """
+    Tokens the decision's action could remove: the input over the floor, or for clearing the clearable tool results.
+    """
+    summary: dict[str, Any] | None = None
+    """
+    `summarize`: the summary message that replaced them, for the caller to put in place of those `folded_messages` history messages in later turns.
+    """
+    trigger_tokens: int
+    """
+    The input tokens at which compaction fires.
+    """
+    window_tokens: int
+    """
+    The window of the model that takes the call.
     """
 
 
@@ -1651,6 +1884,87 @@ class ModelPrice(BaseModel):
     """
 
 
+class Problem(BaseModel):
+    """
+    An RFC 9457 problem (`application/problem+json`), with the field or source it is about
+    where there is one: `field`, `sources`, `block_ids`, `reasons`, `errors`, `candidates`.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    code: (
+        str
+        | Literal[
+            "INTERNAL",
+            "CONTEXT_ASSEMBLY_INVALID",
+            "CONTEXT_ASSEMBLY_OVERFLOW",
+            "CONTEXT_OVERFLOW",
+            "CONTEXT_ASSEMBLY_TIMEOUT",
+            "CONTEXT_ASSEMBLY_STALE",
+            "CONTRIBUTOR_FAILED",
+            "CONTRIBUTOR_URL_REJECTED",
+            "UNAUTHENTICATED",
+            "NOT_FOUND",
+            "METHOD_NOT_ALLOWED",
+            "BAD_REQUEST",
+            "PAYLOAD_TOO_LARGE",
+            "REQUEST_HEAD_TOO_LARGE",
+            "REQUEST_TIMEOUT",
+            "STORE_UNAVAILABLE",
+            "RECORD_TOO_NEW",
+        ]
+    )
+    """
+    The error code, one of `ProblemCode` (a newer service may answer with one this document does not list); the clients raise one error class per code.
+    """
+    detail: str
+    """
+    What went wrong with this request.
+    """
+    instance: str | None = None
+    """
+    The path of the request.
+    """
+    status: int
+    """
+    The HTTP status.
+    """
+    title: str
+    """
+    A short summary of the kind of problem.
+    """
+    type: str
+    """
+    `urn:context-assembly:problem:` and the code in lower case with hyphens: a name for the kind of problem, not an address to fetch.
+    """
+
+
+class RevisionPacket(BaseModel):
+    """
+    The check of a source's current revision that validate and repair make (`stale` when it
+    differs from the prepare's). The answer is `{revision}`.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    scope: Scope
+    """
+    The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it.
+    """
+    source: str
+    """
+    The source whose revision is asked for.
+    """
+    type: Literal["revision"]
+    """
+    Always `revision`.
+    """
+
+
 class SelectionReport(BaseModel):
     """
     The manifest: one report per block and per source, and how the counts were made.
@@ -1667,6 +1981,10 @@ class SelectionReport(BaseModel):
     cache: CacheReport | None = None
     """
     The cache plan and the comparison with the previous turn (only with `cache`).
+    """
+    compaction: CompactionReport | None = None
+    """
+    The context pressure of the call and the compaction decision (docs/compaction.md); absent in records stored before it was reported.
     """
     exact: bool
     """
@@ -1726,32 +2044,161 @@ class SelectionReport(BaseModel):
     """
 
 
-class Timeline(BaseModel):
+class SummarizePacket(BaseModel):
     """
-    ``GET /v1/preparations/{id}/timeline``: a page of the preparation's conversation, the
-    preparation and the turns before it in its scope, oldest first (50 at most: the newest,
-    or those before the turn ``before`` names).
+    What the service asks a summarizer for under `assembly.compaction.mode: "summarize"`: the
+    summary of the oldest history messages, which replaces them in the frame. The answer is
+    `{summary}`.
     """
 
     model_config = ConfigDict(
         extra="allow",
         frozen=True,
     )
-    cost: float | None = None
+    deadline_unix_ms: int
     """
-    The cost in USD of the page's turns that have one (null: none has).
+    The prepare's deadline, in Unix milliseconds (`X-Contributor-Timeout-Ms` gives the time left, needing no synchronised clock).
     """
-    older_before: int | None
+    max_summary_tokens: int
     """
-    The before value of the page of older turns (the oldest turn shown here); null when no older turn is live.
+    The longest summary wanted, in tokens (`assembly.compaction.summary_tokens`).
+    """
+    messages: list[Message]
+    """
+    The history messages to fold into one summary, oldest first.
+    """
+    model: str
+    """
+    The model the frame is for.
     """
     preparation_id: str
     """
-    The preparation whose conversation is shown.
+    The preparation (the same for its refresh).
     """
-    turns: list[TimelineTurn]
+    scope: Scope
     """
-    The turns of this page, oldest first.
+    The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it.
+    """
+    source: str
+    """
+    The summarizer's registered endpoint name.
+    """
+    type: Literal["summarize"]
+    """
+    Always `summarize`.
+    """
+
+
+class TimelineTurn(BaseModel):
+    """
+    One preparation of a timeline: its figures, how its prefix compared with the one before
+    (``prefix_kept``/``first_change`` as in ``selection.cache``) and why the cached tokens are
+    what they are.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cache_lifetime_seconds: float | None
+    """
+    How long the provider keeps a cached prefix after its last use, for this turn's render target and cache options (null: no cache the service models).
+    """
+    cache_write_tokens: int | None = None
+    """
+    The cache writes the provider reported for the turn's latest main or wrap-up call (null: no usage report, or none reported).
+    """
+    cacheable_tokens: int | None
+    """
+    Tokens of this turn's prefix a provider can cache (selection.cache).
+    """
+    cached_input_tokens: int | None
+    """
+    The cached input tokens the provider reported for the main call (null: no usage report).
+    """
+    compaction: TurnCompaction | None = None
+    """
+    The turn's compaction decision (docs/compaction.md); null for a turn stored before decisions were recorded.
+    """
+    cost: float | None = None
+    """
+    What the turn's latest main or wrap-up call cost in USD at the model's price, from its usage report (null: no report, or no price).
+    """
+    created_at: str | None
+    """
+    When the turn was prepared (RFC 3339, UTC).
+    """
+    expected_cached_tokens: int | None
+    """
+    The cached input tokens this turn's call can be expected to report.
+    """
+    expected_reason: (
+        Literal[
+            "first_turn",
+            "previous_unknown",
+            "prefix_changed",
+            "no_provider_cache",
+            "expired",
+            "nothing_cacheable",
+            "previous_nothing_cacheable",
+            "cached",
+        ]
+        | None
+    )
+    """
+    Why expected_cached_tokens is what it is: first_turn, previous_unknown (the previous preparation is unknown or expired), prefix_changed, no_provider_cache (the render target has none the service models), expired (the previous turn is older than the provider keeps a prefix), nothing_cacheable (this turn's prefix is below the model's minimum, or no marker was asked for), previous_nothing_cacheable (the previous turn cached nothing), or cached. Null for a record made before it was kept.
+    """
+    first_change: NamedChange | None
+    """
+    The first part of the prefix that changed, by name (null when kept).
+    """
+    layout: str
+    """
+    The layout of the frame.
+    """
+    miss: Literal["prefix_changed", "expired", "provider"] | None
+    """
+    A turn that read less from the cache than it could have: prefix_changed (the prefix differs from the previous turn's), expired (the previous turn is older than the provider's cache lifetime) or provider (the provider reported fewer cached tokens than expected). Null otherwise.
+    """
+    miss_cost: float | None = None
+    """
+    What the miss cost in USD: what the main call paid less what it would have paid had its rebilled_tokens been read from the cache (the usage report's `cost.miss`; 0 without a miss). Null: no usage report, the latest one is not of the main call, no price (or no cache read rate), or no rebilled_tokens.
+    """
+    model: str
+    """
+    The model assembled for (the routed one).
+    """
+    prefix_kept: bool | None
+    """
+    Whether the previous turn's prefix starts this one (null: nothing to compare with).
+    """
+    preparation_id: str
+    """
+    The preparation of this turn.
+    """
+    previous_preparation_id: str | None
+    """
+    The preparation this turn was compared with (null: a first turn).
+    """
+    rebilled_tokens: int | None = None
+    """
+    The input tokens the turn's main call paid again because of its miss (the usage report's `rebilled_tokens`; 0 without a miss). Null: no usage report, the latest one is not of the main call, or the preparation was stored before the figure was kept.
+    """
+    render: str
+    """
+    The render target of the frame.
+    """
+    seconds_since_previous: float | None
+    """
+    Seconds between the previous turn and this one (null: no previous turn).
+    """
+    total_input_tokens: int
+    """
+    The frame's estimated input tokens.
+    """
+    turn: int | None
+    """
+    The turn's number in its conversation: 1 when compared with nothing, the previous turn's plus one otherwise (a refresh keeps its turn's). Null for a record made before numbers were kept.
     """
 
 
@@ -1824,6 +2271,54 @@ class BudgetResponse(BaseModel):
     """
 
 
+class ContributePacket(BaseModel):
+    """
+    What the service asks a contributor for during a prepare (and its refresh): all its
+    contributors at once, under one deadline. The answer is `{revision, blocks}`.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    data_budget_tokens: int
+    """
+    The request's `assembly.max_data_tokens`: the tokens every source's blocks share in the data message.
+    """
+    deadline_unix_ms: int
+    """
+    The prepare's deadline, in Unix milliseconds (`X-Contributor-Timeout-Ms` gives the time left, needing no synchronised clock).
+    """
+    input: list[Message]
+    """
+    A copy of the request's input messages.
+    """
+    model: str
+    """
+    The model the request names (with `models`, the preferred candidate; in a refresh, the prepare's).
+    """
+    preparation_id: str
+    """
+    The preparation (the same for its refresh).
+    """
+    scope: Scope
+    """
+    The request's `scope`: whom and what the call is for. The packet carries no credentials and grants no authority: authorise what is read against it.
+    """
+    source: str
+    """
+    The source asked for: the plugin its blocks replace.
+    """
+    source_token_limit: int | None
+    """
+    The source's limit (`assembly.source_token_limits`), or `null`.
+    """
+    type: Literal["contribute"]
+    """
+    Always `contribute`.
+    """
+
+
 class Frame(BaseModel):
     """
     Messages in dispatch order and the tool definitions, as the host will send them.
@@ -1872,6 +2367,10 @@ class ModelInfo(BaseModel):
     estimate_scale: float
     """
     The factor on the conservative estimate (1 unless the model's tokenizer counts more than the estimator allows for); it also scales the framing tokens.
+    """
+    explicit_cache_breakpoints: bool
+    """
+    Whether the model takes OpenAI's explicit cache breakpoints and `prompt_cache_options` (GPT-5.6 and later): the cache plan marks it only then.
     """
     max_output_tokens: int | None
     """
@@ -2203,6 +2702,39 @@ class RepairRequest(BaseModel):
     scope: Scope | None = None
     """
     The request's `scope` (a changed one is `scope_changed`).
+    """
+
+
+class Timeline(BaseModel):
+    """
+    ``GET /v1/preparations/{id}/timeline``: a page of the preparation's conversation, the
+    preparation and the turns before it in its scope, oldest first (50 at most: the newest,
+    or those before the turn ``before`` names).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+        frozen=True,
+    )
+    cost: float | None = None
+    """
+    The cost in USD of the page's turns that have one (null: none has).
+    """
+    miss_cost: float | None = None
+    """
+    The miss_cost in USD of the page's turns that have one (null: none has).
+    """
+    older_before: int | None
+    """
+    The before value of the page of older turns (the oldest turn shown here); null when no older turn is live.
+    """
+    preparation_id: str
+    """
+    The preparation whose conversation is shown.
+    """
+    turns: list[TimelineTurn]
+    """
+    The turns of this page, oldest first.
     """
 
 

@@ -33,6 +33,11 @@ What the app does for each ``POST`` (any path):
 
 The packet carries no credentials and grants no authority: the function must authorise what it
 reads against ``packet.scope`` itself.
+
+The packets and answers are the OpenAPI document's (its ``webhooks``; the models of
+:mod:`context_assembly_client.types`, generated from it): a field the service adds to a packet
+reaches the function with the next ``make client-types``, and a packet from a newer service keeps
+the members this version does not know.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ from typing import Any, Literal, TypeAlias
 import anyio
 import anyio.to_thread
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from context_assembly_client.types import Block, Message, Revision, Scope
+from context_assembly_client import types
+from context_assembly_client.types import Block, Revision
 
 __all__ = [
     "TIMEOUT_HEADER",
@@ -77,40 +83,31 @@ ASGIReceive: TypeAlias = Callable[[], Awaitable[ASGIMessage]]
 ASGISend: TypeAlias = Callable[[ASGIMessage], Awaitable[None]]
 
 
-class ContributePacket(BaseModel):
-    """A ``contribute`` packet: what the service asks a contributor for.
+class ContributePacket(types.ContributePacket):
+    """A ``contribute`` packet (the document's ``ContributePacket``): what the service asks a
+    contributor for.
 
     ``type`` is ``"revision"`` only when a revision check is answered by ``contribute`` (no
     ``revision`` function was given): then ``source`` and ``scope`` are the check's, ``input`` is
-    empty, ``data_budget_tokens`` is 0, and only the returned revision is used.
+    empty, ``data_budget_tokens`` is 0, ``deadline_unix_ms`` is ``None``, and only the returned
+    revision is used. Those two fields are widened for that stand-in; the others are the
+    document's.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
-    type: Literal["contribute", "revision"]
-    preparation_id: str
-    source: str
-    model: str
-    input: list[Message] = Field(default_factory=list)
-    data_budget_tokens: int
-    source_token_limit: int | None = None
-    scope: Scope = Field(default_factory=Scope)
-    deadline_unix_ms: int | None = None
+    # Wider than the document's, for the stand-in alone: what the service sends still reads.
+    type: Literal["contribute", "revision"]  # type: ignore[assignment]
+    deadline_unix_ms: int | None  # type: ignore[assignment]
 
 
-class RevisionPacket(BaseModel):
-    """A ``revision`` packet: the dispatch-time check of a source's current revision."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-    type: Literal["revision"]
-    source: str
-    scope: Scope = Field(default_factory=Scope)
+RevisionPacket = types.RevisionPacket
+"""A ``revision`` packet (the document's): the dispatch-time check of a source's current
+revision."""
 
 
-class ContributionAnswer(BaseModel):
-    """What ``contribute`` returns (or an equivalent dict): the source's revision and blocks."""
+class ContributionAnswer(types.ContributorAnswer):
+    """What ``contribute`` returns (or an equivalent dict): the document's ``ContributorAnswer``,
+    the source's revision and blocks, with ``blocks`` optional (none is ``[]``)."""
 
-    model_config = ConfigDict(extra="forbid")
-    revision: Revision
     blocks: list[Block] = Field(default_factory=list)
 
 
@@ -261,8 +258,11 @@ class ContributorApp:
                     preparation_id="",
                     source=packet.source,
                     model="",
+                    input=[],
                     data_budget_tokens=0,
+                    source_token_limit=None,
                     scope=packet.scope,
+                    deadline_unix_ms=None,
                 )
                 answer = await self._contribution(stand_in)
                 return {"revision": answer["revision"]}

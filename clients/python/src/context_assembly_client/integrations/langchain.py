@@ -42,6 +42,15 @@ maps between LangChain's types and the neutral shape:
   and counted (``stats.cache_markers_skipped``). Only for the OpenAI classes:
   ``prompt_cache_key`` and ``prompt_cache_retention`` go into ``model_settings``, which the agent
   binds to the model as call arguments.
+- **Compaction** (docs/integrations.md#compaction). A ``compaction`` content block (Anthropic's,
+  or a Responses compaction item in ``ChatOpenAI``'s content) is a ``native`` part, so that the
+  service reads the history as the provider does. Each call's decision goes into the agent's
+  state as ``context_assembly_compaction`` (the report as a dict), for a ``before_model`` hook
+  of the application's to act on. ``mode: "native"`` writes the provider's compaction into the
+  call's settings: ``context_management`` and the ``betas`` it needs for ``ChatAnthropic``,
+  ``context_management`` for ``ChatOpenAI`` on the Responses API (any other class goes without
+  it, warned). A summary (``summarize``) replaces the messages it folded in the agent's state;
+  a cleared tool result is sent as a copy of the ``ToolMessage`` with the service's text.
 - **Usage.** The first ``AIMessage`` of the answer's ``usage_metadata`` is reported as
   ``provider="normalized"`` (``input_tokens`` already sums cached and cache-creation tokens), with
   the message id as ``report_id``, the provider's response id (``response_metadata["id"]``) as
@@ -53,10 +62,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypeVar
 
 from langchain.agents.middleware import (
     AgentMiddleware,
+    AgentState,
     ExtendedModelResponse,
     ModelRequest,
     ModelResponse,
@@ -67,24 +77,34 @@ from langchain_core.messages import (
     BaseMessage,
     ChatMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command
 
 from context_assembly_client.integrations.preparer import (
     AdapterStats,
     Carried,
     IntegrationError,
+    NativeApi,
     Prepared,
     PreparerAdapter,
     RuntimeCall,
     cache_control,
     normalized_usage,
+    text_of,
+    with_native,
 )
+from context_assembly_client.types import NativeDirective
 
-__all__ = ["ContextAssemblyMiddleware"]
+__all__ = ["COMPACTION_KEY", "ContextAssemblyMiddleware", "ContextAssemblyState"]
+
+COMPACTION_KEY = "context_assembly_compaction"
+"""The agent state's key for the compaction decision of the latest model call."""
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 _NEUTRAL_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
@@ -98,7 +118,15 @@ ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 MessageT = TypeVar("MessageT", bound=BaseMessage)
 
 
-class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
+class ContextAssemblyState(AgentState[Any]):
+    """The agent's state with the compaction decision of its latest model call."""
+
+    context_assembly_compaction: NotRequired[dict[str, Any] | None]
+    """``selection.compaction`` of the latest prepared call, as a dict (``None``: that call went
+    out unprepared)."""
+
+
+class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware[ContextAssemblyState, Any, Any]):
     """Prepares every model call of a LangChain agent with the context-assembly service.
 
     Args:
@@ -113,7 +141,11 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
         timeout: the deadline of one prepare, in seconds.
         api_key: the service's API key, with a URL.
         on_prepared: called with each prepare answer before the model call (ids, manifest).
+        on_compaction: called with the compaction decision before the model call, when it is not
+            ``none``.
     """
+
+    state_schema = ContextAssemblyState
 
     def wrap_model_call(
         self,
@@ -124,11 +156,11 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
             lambda: _call_of(request), request.state, lambda p: _apply(request, p, self.stats)
         )
         if outcome is None:
-            return handler(request)
+            return _unprepared(request, handler(request))
         prepared_request, prepared = outcome
         response = handler(prepared_request)
         self._report(prepared, response)
-        return response
+        return _with_state(request, prepared, response)
 
     async def awrap_model_call(
         self,
@@ -139,11 +171,11 @@ class ContextAssemblyMiddleware(PreparerAdapter, AgentMiddleware):
             lambda: _call_of(request), request.state, lambda p: _apply(request, p, self.stats)
         )
         if outcome is None:
-            return await handler(request)
+            return _unprepared(request, await handler(request))
         prepared_request, prepared = outcome
         response = await handler(prepared_request)
         self._report(prepared, response)
-        return response
+        return _with_state(request, prepared, response)
 
     def _report(self, prepared: Prepared, response: ModelResult) -> None:
         self.preparer.reporting(lambda: self._send_usage(prepared, response))
@@ -188,7 +220,23 @@ def _call_of(request: ModelRequest[Any]) -> RuntimeCall:
         tools=tools,
         model=model_name(request.model),
         conversation=_thread(request),
+        native_compaction=_native_api(request.model),
     )
+
+
+def _native_api(model: Any) -> NativeApi | None:
+    """The provider compaction the model's class carries in its call settings: Anthropic's for
+    ``ChatAnthropic``, Responses' for an OpenAI class that sends through the Responses API."""
+    if is_anthropic(model):
+        return "anthropic"
+    if is_openai(model):
+        chosen = getattr(model, "use_responses_api", None)
+        if isinstance(chosen, bool):
+            return "openai-responses" if chosen else None
+        # ChatOpenAI's own choice when unset (adding context_management would switch the API).
+        choose = getattr(model, "_use_responses_api", None)
+        return "openai-responses" if callable(choose) and choose({}) is True else None
+    return None
 
 
 def model_name(model: Any) -> str:
@@ -279,6 +327,8 @@ def _content(content: str | list[Any], call_ids: set[str]) -> str | list[dict[st
             parts.append({"type": "text", "text": block["text"]})
         elif kind in _CALL_BLOCKS and (block.get("id") or block.get("call_id")) in call_ids:
             continue  # the same call is one of the message's tool_calls
+        elif kind == "compaction":
+            parts.append(_compaction(block))
         elif kind in _IMAGE_BLOCKS:
             parts.append({"type": "image"})
         elif kind in _FILE_BLOCKS:
@@ -286,6 +336,18 @@ def _content(content: str | list[Any], call_ids: set[str]) -> str | list[dict[st
         else:
             parts.append(_opaque(str(kind), block))
     return parts
+
+
+def _compaction(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A provider's compaction item as the service reads it: a Responses item (it has an ``id``)
+    or Anthropic's block, whose summary text is counted."""
+    item = {key: value for key, value in block.items() if key not in ("index", "cache_control")}
+    if item.get("id"):
+        return {"type": "native", "format": "openai-responses", "item": item}
+    part: dict[str, Any] = {"type": "native", "format": "anthropic", "item": item}
+    if isinstance(item.get("content"), str):
+        part["text"] = item["content"]
+    return part
 
 
 def _opaque(kind: str, block: Mapping[str, Any]) -> dict[str, Any]:
@@ -308,7 +370,11 @@ def _apply(
     by_index: dict[int, AnyMessage] = {}
     for item in prepared.messages:
         if item.origin is not None:
-            by_index[item.index] = item.origin
+            by_index[item.index] = (
+                item.origin.model_copy(update={"content": item.neutral["content"]})
+                if item.rewritten
+                else item.origin
+            )
             continue
         text = item.neutral["content"]
         role = item.neutral["role"]
@@ -326,6 +392,9 @@ def _apply(
     )
     if limit is not None:
         settings["max_tokens"] = limit
+    api = _native_api(request.model)
+    if prepared.native is not None and api is not None:
+        _write_native(settings, request.model, prepared.native, api)
     if openai:
         if prepared.prompt_cache_key is not None:
             settings["prompt_cache_key"] = prepared.prompt_cache_key
@@ -359,6 +428,73 @@ def _apply(
         tools=[*tools, *kept],
         model_settings=settings,
     )
+
+
+def _write_native(
+    settings: dict[str, Any], model: Any, directive: NativeDirective, api: NativeApi
+) -> None:
+    """The provider's compaction in the call's settings, which the agent binds as call arguments
+    and which take the place of the model's own ``context_management`` / ``betas`` (so those are
+    kept in them)."""
+    kwargs = getattr(model, "model_kwargs", None) or {}
+    current = settings.get(
+        "context_management",
+        kwargs.get("context_management", getattr(model, "context_management", None)),
+    )
+    if api == "anthropic":
+        settings["context_management"] = with_native(directive, "anthropic", current)
+        betas = list(
+            settings.get("betas") or kwargs.get("betas") or getattr(model, "betas", None) or []
+        )
+        if directive.beta is not None and directive.beta not in betas:
+            betas.append(directive.beta)
+        settings["betas"] = betas
+    else:
+        settings["context_management"] = with_native(directive, api, current)
+
+
+def _with_state(
+    request: ModelRequest[Any], prepared: Prepared, response: ModelResponse[Any]
+) -> ModelResult:
+    """The answer with the call's compaction decision for the agent's state and, when the service
+    folded history into a summary, the state's messages with the summary in their place."""
+    decided = prepared.compaction
+    if decided is None:
+        return response
+    update: dict[str, Any] = {COMPACTION_KEY: decided.model_dump(mode="json")}
+    folded = _folded(request, prepared)
+    if folded is not None:
+        update["messages"] = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *folded, *response.result]
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+def _unprepared(request: ModelRequest[Any], response: ModelResponse[Any]) -> ModelResult:
+    """The answer of a call that went out unprepared: an earlier call's decision in the state is
+    cleared, so that nothing acts on it twice."""
+    if request.state.get(COMPACTION_KEY) is None:
+        return response
+    return ExtendedModelResponse(
+        model_response=response, command=Command(update={COMPACTION_KEY: None})
+    )
+
+
+def _folded(request: ModelRequest[Any], prepared: Prepared) -> list[AnyMessage] | None:
+    """The state's messages with the summary in place of the ones it folded (``summarize``), or
+    ``None`` when nothing was folded or the folded messages are not the state's own."""
+    decided = prepared.compaction
+    if decided is None or not decided.folded_messages or decided.summary is None:
+        return None
+    start = decided.folded_from
+    folded = request.messages[start : start + decided.folded_messages]
+    state: list[Any] = list(request.state.get("messages") or [])
+    if not folded or not any(m is folded[-1] for m in state):
+        return None
+    if not any(m is folded[0] for m in state):
+        return None
+    first = next(index for index, m in enumerate(state) if m is folded[0])
+    after = next(index for index, m in enumerate(state) if m is folded[-1]) + 1
+    summary = HumanMessage(content=text_of(decided.summary.get("content", "")))
+    return [*state[:first], summary, *state[after:]]
 
 
 def _added(role: str, text: str, openai: bool) -> AnyMessage:

@@ -45,6 +45,14 @@ shape around the loop of :mod:`.preparer`:
   they are skipped and counted (``stats.cache_markers_skipped``). With ``previous_response_id``
   or ``conversation_id`` the provider holds the conversation and keeps what is sent, data message
   included: run without them.
+- **Compaction** (docs/integrations.md#compaction). A Responses ``compaction`` item (which the
+  SDK keeps as a ``CompactionItem``) is an assistant message of one ``native`` part, so that the
+  service reads the history as the provider does. ``mode: "native"`` puts the provider's
+  compaction into ``ModelSettings.extra_body`` for ``OpenAIResponsesModel`` (any other model goes
+  without it, warned). A cleared tool result is sent as a copy of its ``function_call_output``
+  with the service's text. The SDK keeps the conversation outside the model call: the
+  application applies a ``compact`` decision, or a summary with
+  :meth:`ContextAssemblyInputFilter.folded`, to the items it sends next.
 - **Usage.** The response's ``usage`` is reported as ``provider="normalized"`` (OpenAI's input
   tokens include the cached ones), with the response id as ``report_id`` and ``response_id``
   and, on a stream, the response's ``prompt_cache_diagnostics`` when it has them.
@@ -87,12 +95,15 @@ from context_assembly_client.integrations.preparer import (
     AdapterStats,
     Carried,
     Contributions,
+    NativeApi,
     Prepared,
     PreparerAdapter,
     RuntimeCall,
     normalized_usage,
+    text_of,
+    with_native,
 )
-from context_assembly_client.types import PrepareResponse
+from context_assembly_client.types import CompactionReport, PrepareResponse
 
 __all__ = ["ContextAssemblyInputFilter", "ContextAssemblyModel", "ContextAssemblyModelProvider"]
 
@@ -147,6 +158,8 @@ class ContextAssemblyInputFilter(PreparerAdapter):
         timeout: the deadline of one prepare, in seconds.
         api_key: the service's API key, with a URL.
         on_prepared: called with each prepare answer before the model call (ids, manifest).
+        on_compaction: called with the compaction decision before the model call, when it is not
+            ``none``.
     """
 
     def __init__(
@@ -159,6 +172,7 @@ class ContextAssemblyInputFilter(PreparerAdapter):
         timeout: float = DEFAULT_DEADLINE,
         api_key: str | None = None,
         on_prepared: Callable[[PrepareResponse], None] | None = None,
+        on_compaction: Callable[[CompactionReport], None] | None = None,
     ) -> None:
         super().__init__(
             client_or_base_url,
@@ -168,6 +182,7 @@ class ContextAssemblyInputFilter(PreparerAdapter):
             timeout=timeout,
             api_key=api_key,
             on_prepared=on_prepared,
+            on_compaction=on_compaction,
         )
         self._warned_unwrapped = False
 
@@ -208,6 +223,30 @@ class ContextAssemblyInputFilter(PreparerAdapter):
         return RunConfig(
             model=model, model_provider=provider, call_model_input_filter=self, **options
         )
+
+    # ------------------------------------------------------------------ compaction
+
+    def folded(
+        self, items: Sequence[TResponseInputItem], compaction: CompactionReport | None
+    ) -> list[TResponseInputItem]:
+        """``items`` with the summary of ``compaction`` (``mode: "summarize"``) as a user item in
+        place of the items of the messages it folded; unchanged when it folded nothing.
+
+        ``items`` are the conversation the folding call was made with, as the run gives it back
+        (``result.to_input_list()``): the messages are counted as this adapter sends them (an
+        assistant message with the reasoning items and function calls after it is one)."""
+        summary = compaction.summary if compaction is not None else None
+        if compaction is None or summary is None or compaction.folded_messages <= 0:
+            return list(items)
+        call = _Call(None, list(items), ModelSettings(), [], [])
+        start = compaction.folded_from
+        messages = _call_of(call, "", None).messages[: start + compaction.folded_messages]
+        if len(messages) < start + compaction.folded_messages:
+            return list(items)
+        before = sum(len(message.origin) for message in messages[:start])
+        count = sum(len(message.origin) for message in messages)
+        item: TResponseInputItem = {"role": "user", "content": text_of(summary.get("content", ""))}
+        return [*items[:before], item, *items[count:]]
 
     # ------------------------------------------------------------------ usage
 
@@ -265,8 +304,11 @@ class ContextAssemblyModel(Model):
         if slot is not None:
             slot.used = True
         openai = isinstance(self.wrapped, _OPENAI_MODELS)
+        responses = isinstance(self.wrapped, OpenAIResponsesModel)
         return await self.adapter.preparer.arun(
-            lambda: _call_of(call, model_name(self.wrapped, self.name), _thread(conversation_id)),
+            lambda: _call_of(
+                call, model_name(self.wrapped, self.name), _thread(conversation_id), responses
+            ),
             slot.context if slot is not None else None,
             lambda prepared: _apply(call, prepared, self.adapter.stats, openai),
         )
@@ -398,7 +440,9 @@ def _items(input: str | list[TResponseInputItem]) -> list[TResponseInputItem]:
 # --------------------------------------------------------------------------- call -> neutral
 
 
-def _call_of(call: _Call, model: str, conversation: str | None) -> RuntimeCall:
+def _call_of(
+    call: _Call, model: str, conversation: str | None, responses: bool = False
+) -> RuntimeCall:
     messages: list[Carried] = []
     group: tuple[dict[str, Any], list[Any]] | None = None  # the open assistant message
 
@@ -446,6 +490,15 @@ def _call_of(call: _Call, model: str, conversation: str | None) -> RuntimeCall:
                 "content": content,
             }
             messages.append(Carried(neutral, (item,)))
+        elif kind == "compaction":  # the provider's own: it stands for everything before it
+            close()
+            item_of = {
+                "type": kind,
+                "id": _get(item, "id"),
+                "encrypted_content": _get(item, "encrypted_content"),
+            }
+            native = {"type": "native", "format": "openai-responses", "item": item_of}
+            messages.append(Carried({"role": "assistant", "content": [native]}, (item,)))
         elif kind == "reasoning":
             summary = _get(item, "summary") or []
             text = "\n".join(str(_get(s, "text") or "") for s in summary)
@@ -469,7 +522,8 @@ def _call_of(call: _Call, model: str, conversation: str | None) -> RuntimeCall:
                 "parameters": handoff.input_json_schema or {},
             }
             tools.append(Carried(neutral, handoff))
-    return RuntimeCall(call.instructions or "", messages, tools, model, conversation)
+    api: NativeApi | None = "openai-responses" if responses else None
+    return RuntimeCall(call.instructions or "", messages, tools, model, conversation, api)
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
@@ -517,10 +571,20 @@ def _parts(content: Any) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- frame -> call
 
 
+def _with_output(item: Any, text: str) -> Any:
+    """A ``function_call_output`` item with the service's text as its output (a cleared result)."""
+    if isinstance(item, Mapping):
+        return {**item, "output": text}
+    return item.model_copy(update={"output": text})
+
+
 def _apply(call: _Call, prepared: Prepared, stats: AdapterStats, openai: bool) -> _Call:
     instructions = call.instructions
     items: list[Any] = []
     for message in prepared.messages:
+        if message.origin is not None and message.rewritten:
+            items.extend(_with_output(item, message.neutral["content"]) for item in message.origin)
+            continue
         if message.origin is not None:
             items.extend(message.origin)
             continue
@@ -541,6 +605,15 @@ def _apply(call: _Call, prepared: Prepared, stats: AdapterStats, openai: bool) -
         changes["extra_args"] = {"prompt_cache_key": prepared.prompt_cache_key}
     if openai and prepared.prompt_cache_retention is not None:
         changes["prompt_cache_retention"] = prepared.prompt_cache_retention
+    if prepared.native is not None:  # only for OpenAIResponsesModel (RuntimeCall)
+        body = (
+            dict(call.settings.extra_body or {})
+            if isinstance(call.settings.extra_body, Mapping)
+            else {}
+        )
+        current = body.get("context_management")
+        body["context_management"] = with_native(prepared.native, "openai-responses", current)
+        changes["extra_body"] = body
     tools = [tool for tool in prepared.tools if not isinstance(tool, Handoff)]
     handoffs = [tool for tool in prepared.tools if isinstance(tool, Handoff)]
     return _Call(

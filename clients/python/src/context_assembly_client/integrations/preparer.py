@@ -30,14 +30,23 @@ types and the service's neutral shape; everything else happens here:
    OpenAI ``prompt_cache_key`` / ``prompt_cache_retention``, and the output limit the budget
    reserved (``response_reserve`` plus ``reasoning_reserve_tokens``, at most the model's maximum
    output of ``GET /v1/models``) as :attr:`Prepared.output_limit`.
-4. **Usage** (:meth:`Preparer.report_usage`) goes to the service from one daemon thread with a
+4. **Compaction** (docs/integrations.md#compaction). Every answer's ``selection.compaction`` is
+   :attr:`Preparer.last_compaction` and goes to ``on_compaction`` when it decided to act.
+   ``assembly.compaction.mode: "native"`` needs a provider render, which an adapter cannot ask
+   for: the adapter asks the service to decide as in ``report`` and writes the provider's own
+   directive (:func:`native_directive`) into the call for a model class that carries it
+   (:attr:`RuntimeCall.native_compaction`); for any other class it warns once and counts
+   ``stats.native_compaction_skipped``. The history the service leaves out (before a provider's
+   compaction item, folded into a summary) and the tool results it clears are matched by
+   :func:`align` like dropped history and rewritten messages.
+5. **Usage** (:meth:`Preparer.report_usage`) goes to the service from one daemon thread with a
    client of its own (``REPORT_TIMEOUT`` seconds per phase, no retry), out of a queue of at most
    ``REPORT_QUEUE`` reports (a full queue drops its oldest report, counted in
    ``stats.usage_reports_dropped``): it never delays or fails the agent's answer and never keeps
    the process alive. :meth:`Preparer.flush` waits for the queue; :meth:`Preparer.close` waits at
    most ``CLOSE_WAIT`` seconds, and the interpreter's exit at most ``EXIT_WAIT`` seconds. A failed
    report is logged and counted (``stats.usage_report_failures``).
-5. **Fail open.** The service unreachable, slower than the deadline or answering 5xx, an answer
+6. **Fail open.** The service unreachable, slower than the deadline or answering 5xx, an answer
    that does not fit what was sent, or a failure of the mapping itself: one warning is logged and
    the adapter lets the runtime's original request go through (``stats.failed_open``), unless
    ``fail_open=False``, which raises instead. A failure of the mapping (an exception of the
@@ -69,7 +78,13 @@ from typing import Any, Final, Literal, TypeAlias, TypeVar
 import anyio
 
 from context_assembly_client import APIStatusError, AsyncClient, Client, ContextAssemblyError
-from context_assembly_client.types import ModelList, PrepareResponse, Provider
+from context_assembly_client.types import (
+    CompactionReport,
+    ModelList,
+    NativeDirective,
+    PrepareResponse,
+    Provider,
+)
 
 __all__ = [
     "CLOSE_WAIT",
@@ -84,15 +99,20 @@ __all__ = [
     "Contributions",
     "FrameMessage",
     "IntegrationError",
+    "NativeApi",
     "Prepared",
     "Preparer",
     "PreparerAdapter",
     "RuntimeCall",
     "align",
     "cache_control",
+    "history_skipped",
+    "is_compaction_item",
+    "native_directive",
     "normalized_usage",
     "split_turn",
     "text_of",
+    "with_native",
 ]
 
 logger = logging.getLogger("context_assembly_client.integrations")
@@ -125,6 +145,15 @@ RESERVED_KEYS: Final = frozenset({"instructions", "history", "input", "tools"})
 
 ADDED_ROLES: Final = frozenset({"system", "developer", "user"})
 """Roles of the messages the service adds to a frame (leading system, per-turn developer, data)."""
+
+NativeApi: TypeAlias = Literal["anthropic", "openai-responses"]
+"""The provider compactions an adapter can write: those of the service's renders that have one."""
+
+ANTHROPIC_COMPACTION_EDIT: Final = "compact_20260112"
+ANTHROPIC_COMPACTION_BETA: Final = "compact-2026-01-12"
+ANTHROPIC_MIN_THRESHOLD: Final = 50_000
+"""Anthropic's compaction edit, the beta it needs and its least trigger, as the service's
+``anthropic`` render writes them (docs/compaction.md#native)."""
 
 ContributionList: TypeAlias = Sequence[Mapping[str, Any]]
 Contributions: TypeAlias = Callable[[Any], ContributionList | Awaitable[ContributionList]]
@@ -163,16 +192,21 @@ class RuntimeCall:
     tools: Sequence[Carried] = ()
     model: str | None = None
     conversation: str | None = None
+    native_compaction: NativeApi | None = None
+    """The provider compaction the model's class can carry in its call (``None``: none)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FrameMessage:
     """One frame message: its ``index`` in the frame, and the runtime object it came from
-    (``origin``), or ``None`` for a message the service added (``neutral`` then says what)."""
+    (``origin``), or ``None`` for a message the service added (``neutral`` then says what).
+    ``rewritten``: the service replaced the content of ``origin`` (a cleared tool result): the
+    runtime sends ``neutral["content"]`` in its place."""
 
     index: int
     neutral: dict[str, Any]
     origin: Any | None
+    rewritten: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +232,11 @@ class Prepared:
     output_limit: int | None = None
     """The call's output limit: the budget's ``response_reserve`` plus its
     ``reasoning_reserve_tokens``, at most the model's maximum output (``None``: no reserve)."""
+    compaction: CompactionReport | None = None
+    """The compaction decision as the adapter presents it: ``selection.compaction``, with
+    ``mode: "native"`` and the directive written (``native``) when the template asked for it."""
+    native: NativeDirective | None = None
+    """The provider's compaction to write into the call (``mode: "native"``, a class that has it)."""
 
     @property
     def preparation_id(self) -> str:
@@ -235,6 +274,9 @@ class AdapterStats:
     mapping_errors: int = 0
     """Failures of the adapter's own mapping (logged with where they happened; the call went on
     unchanged, or its usage was not reported)."""
+    native_compaction_skipped: int = 0
+    """Calls of ``mode: "native"`` whose model class has no place for the provider's compaction:
+    they went out without it (warned once per adapter)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, count: int = 1) -> None:
@@ -261,27 +303,95 @@ def _comparable(message: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in message.items() if value is not None}
 
 
+def is_compaction_item(part: Any) -> bool:
+    """Whether a neutral part is a provider's compaction item (``native``, item type
+    ``compaction``)."""
+    return (
+        isinstance(part, Mapping)
+        and part.get("type") == "native"
+        and isinstance(part.get("item"), Mapping)
+        and part["item"].get("type") == "compaction"
+    )
+
+
+def _from_item(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``message`` from its latest compaction item on, as the service sends a history message
+    that holds one (the provider ignores what precedes it); ``None`` when nothing is left out."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return None
+    found = [index for index, part in enumerate(content) if is_compaction_item(part)]
+    if not found or found[-1] == 0:
+        return None
+    return _comparable({**message, "content": content[found[-1] :]})
+
+
+def _rewritten(frame: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
+    """Whether ``frame`` is the tool message ``sent`` with its content replaced (cleared)."""
+    return (
+        frame.get("role") == "tool"
+        and sent.get("role") == "tool"
+        and isinstance(frame.get("content"), str)
+        and _comparable({**frame, "content": None}) == _comparable({**sent, "content": None})
+    )
+
+
+def history_skipped(response: PrepareResponse) -> range:
+    """The history messages the frame does not hold: those before a provider's compaction item
+    and those ``history_policy`` dropped (the oldest), or those a summary folded (from
+    ``folded_from``: the summary itself is a message the service added, and the first one
+    ``history_policy`` drops after it).
+
+    Raises:
+        IntegrationError: for a summary after leading system messages together with dropped
+            history, which the adapters do not map back.
+    """
+    report = response.selection.compaction
+    removed = response.budget.history_dropped_messages
+    if report is None:
+        return range(removed)
+    removed += report.provider_item_dropped_messages
+    folded = report.folded_messages
+    if not folded:
+        return range(removed)
+    start = report.folded_from
+    if start and removed:
+        raise IntegrationError(
+            "a summary after leading system messages with history dropped is not mapped back"
+        )
+    return range(start, start + folded + max(removed - 1, 0))
+
+
 def align(
     frame_messages: Sequence[Mapping[str, Any]],
     history: Sequence[Carried],
     inputs: Sequence[Carried],
-    dropped: int,
+    dropped: int | range,
 ) -> list[FrameMessage]:
     """The frame's messages, each with the runtime object it came from (``None``: added).
 
-    The service keeps history (less its ``dropped`` oldest messages) and input in order and only
-    adds system, developer and user messages around them, so one pass in order matches them.
+    The service keeps history (less the ``dropped`` messages: a count of the oldest, or the range
+    :func:`history_skipped` gives)
+    and input in order and only adds system, developer and user messages around them, so one
+    pass in order matches them. A history message that holds a provider's compaction item comes
+    back from that item on (the origin is still the whole runtime object: the provider ignores
+    the rest); a tool result the service cleared comes back ``rewritten``.
 
     Raises:
         IntegrationError: when the frame holds another message, or lacks one that was sent.
     """
-    expected = [*history[dropped:], *inputs]
+    skipped = range(dropped) if isinstance(dropped, int) else dropped
+    expected = [*history[: skipped.start], *history[skipped.stop :], *inputs]
     aligned: list[FrameMessage] = []
     cursor = 0
     for index, raw in enumerate(frame_messages):
         message = dict(raw)
-        if cursor < len(expected) and _comparable(message) == _comparable(expected[cursor].neutral):
+        sent = expected[cursor].neutral if cursor < len(expected) else None
+        if sent is not None and _comparable(message) in (_comparable(sent), _from_item(sent)):
             aligned.append(FrameMessage(index, message, expected[cursor].origin))
+            cursor += 1
+        elif sent is not None and _rewritten(message, sent):
+            aligned.append(FrameMessage(index, message, expected[cursor].origin, rewritten=True))
             cursor += 1
         elif message.get("role") in ADDED_ROLES and isinstance(message.get("content"), str):
             aligned.append(FrameMessage(index, message, None))
@@ -338,13 +448,50 @@ def _cache_plan(
     cache = response.selection.cache
     if cache is None:
         return [], None, None
+    # Anthropic markers only: a ``30m`` breakpoint is OpenAI's ``prompt_cache_breakpoint``
+    # (GPT-5.6 and later), which the runtimes here have no place for.
     breakpoints = [
         Breakpoint(point.after, point.ttl, getattr(point, "message", None))
         for point in cache.breakpoints
+        if point.ttl != "30m"
     ]
     key = getattr(cache, "prompt_cache_key", None)
     retention = getattr(cache, "prompt_cache_retention", None)
     return breakpoints, key, retention
+
+
+def native_directive(report: CompactionReport, api: NativeApi) -> NativeDirective:
+    """The provider's compaction at the report's trigger, as the service's render for ``api``
+    writes it (Anthropic: at least ``ANTHROPIC_MIN_THRESHOLD``, with its beta)."""
+    if api == "anthropic":
+        threshold = max(report.trigger_tokens, ANTHROPIC_MIN_THRESHOLD)
+        return NativeDirective(
+            parameter="context_management",
+            threshold_tokens=threshold,
+            beta=ANTHROPIC_COMPACTION_BETA,
+        )
+    return NativeDirective(
+        parameter="context_management", threshold_tokens=report.trigger_tokens, beta=None
+    )
+
+
+def with_native(directive: NativeDirective, api: NativeApi, current: Any = None) -> Any:
+    """The call's ``context_management`` with ``directive`` in it: ``current`` (the application's
+    own, kept) plus the provider's compaction entry, unless ``current`` has one already."""
+    if api == "anthropic":
+        edit = {
+            "type": ANTHROPIC_COMPACTION_EDIT,
+            "trigger": {"type": "input_tokens", "value": directive.threshold_tokens},
+        }
+        config = dict(current) if isinstance(current, Mapping) else {}
+        edits = list(config.get("edits") or [])
+        if not any(isinstance(e, Mapping) and e.get("type") == edit["type"] for e in edits):
+            edits.append(edit)
+        return {**config, "edits": edits}
+    entries = list(current) if isinstance(current, list) else []
+    if not any(isinstance(e, Mapping) and e.get("type") == "compaction" for e in entries):
+        entries.append({"type": "compaction", "compact_threshold": directive.threshold_tokens})
+    return entries
 
 
 def _reserve(response: PrepareResponse) -> int | None:
@@ -505,6 +652,8 @@ class Preparer:
         api_key: the service's API key, when ``client_or_base_url`` is a URL.
         on_prepared: called with each prepare answer (ids, manifest, budget) before the model
             call goes out, e.g. to log the preparation id or link its breakdown page.
+        on_compaction: called with the compaction decision (:attr:`Prepared.compaction`) before
+            the model call goes out, when it is not ``none``.
 
     Raises:
         ValueError: for a template that sets a field the adapter fills, or another ``render``.
@@ -520,6 +669,7 @@ class Preparer:
         timeout: float = DEFAULT_DEADLINE,
         api_key: str | None = None,
         on_prepared: Callable[[PrepareResponse], None] | None = None,
+        on_compaction: Callable[[CompactionReport], None] | None = None,
     ) -> None:
         reserved = sorted(RESERVED_KEYS.intersection(template))
         if reserved:
@@ -532,12 +682,24 @@ class Preparer:
             )
         assembly = dict(template.get("assembly") or {})
         assembly.setdefault("layout", DEFAULT_LAYOUT)
+        compaction = assembly.get("compaction")
+        self.native = False
+        if isinstance(compaction, Mapping) and compaction.get("mode") == "native":
+            # A neutral frame has no provider body for the directive (the service refuses
+            # "native" without a provider render): the service decides as in "report" and the
+            # adapter writes the directive where the model's class takes it.
+            self.native = True
+            assembly["compaction"] = {**compaction, "mode": "report"}
         self.template: dict[str, Any] = {**template, "render": "neutral", "assembly": assembly}
         self.contributions = contributions
         self.fail_open = fail_open
         self.timeout = timeout
         self.on_prepared = on_prepared
+        self.on_compaction = on_compaction
         self.stats = AdapterStats()
+        self.last_compaction: CompactionReport | None = None
+        """The compaction decision of the latest prepared call (:attr:`Prepared.compaction`)."""
+        self._warned_native = False
         self._client: Client | None = None
         self._aclient: AsyncClient | None = None
         self._reporter: Client | None = None
@@ -607,8 +769,7 @@ class Preparer:
         except Exception as err:
             self._failed(err)
             return None
-        if self.on_prepared is not None:
-            self.on_prepared(response)
+        self._announce(response, outcome[1])
         return outcome
 
     async def arun(
@@ -628,9 +789,15 @@ class Preparer:
         except Exception as err:
             self._failed(err)
             return None
+        self._announce(response, outcome[1])
+        return outcome
+
+    def _announce(self, response: PrepareResponse, prepared: Prepared) -> None:
         if self.on_prepared is not None:
             self.on_prepared(response)
-        return outcome
+        decided = prepared.compaction
+        if self.on_compaction is not None and decided is not None and decided.decision != "none":
+            self.on_compaction(decided)
 
     def _contributed_sync(self, state: Any) -> list[Mapping[str, Any]]:
         if self.contributions is None:
@@ -715,17 +882,19 @@ class Preparer:
         limit: int | None = None,
     ) -> tuple[T, Prepared]:
         frame = response.frame
-        messages = align(
-            frame.get("messages", []), history, inputs, response.budget.history_dropped_messages
-        )
+        messages = align(frame.get("messages", []), history, inputs, history_skipped(response))
         by_name = {tool.neutral["name"]: tool.origin for tool in call.tools}
         try:
             tools = [by_name[tool["name"]] for tool in frame.get("tools", [])]
         except KeyError:
             raise IntegrationError("the frame names a tool that was not sent") from None
         breakpoints, key, retention = _cache_plan(response)
-        prepared = Prepared(response, messages, tools, breakpoints, key, retention, limit)
+        compaction, native = self._native(call, response.selection.compaction)
+        prepared = Prepared(
+            response, messages, tools, breakpoints, key, retention, limit, compaction, native
+        )
         result = apply(prepared)
+        self.last_compaction = compaction
         self.stats.add("prepared")
         logger.debug(
             "prepared %s: %d messages, %d tools, %d input tokens",
@@ -735,6 +904,24 @@ class Preparer:
             response.budget.total_input_tokens,
         )
         return result, prepared
+
+    def _native(
+        self, call: RuntimeCall, report: CompactionReport | None
+    ) -> tuple[CompactionReport | None, NativeDirective | None]:
+        """The decision as presented, and the directive to write (``mode: "native"`` only)."""
+        if not self.native or report is None:
+            return report, None
+        if call.native_compaction is None:
+            self.stats.add("native_compaction_skipped")
+            if not self._warned_native:
+                self._warned_native = True
+                logger.warning(
+                    "context-assembly: compaction mode 'native' has no place in a call to this "
+                    "model's class; its calls go out without the provider's compaction"
+                )
+            return report.model_copy(update={"mode": "native"}), None
+        directive = native_directive(report, call.native_compaction)
+        return report.model_copy(update={"mode": "native", "native": directive}), directive
 
     def _failed(self, err: Exception) -> None:
         """Raise ``err`` when the call must not go on unchanged; else warn once and count."""
@@ -870,6 +1057,7 @@ class PreparerAdapter:
         timeout: float = DEFAULT_DEADLINE,
         api_key: str | None = None,
         on_prepared: Callable[[PrepareResponse], None] | None = None,
+        on_compaction: Callable[[CompactionReport], None] | None = None,
     ) -> None:
         super().__init__()
         self.preparer = Preparer(
@@ -880,12 +1068,22 @@ class PreparerAdapter:
             timeout=timeout,
             api_key=api_key,
             on_prepared=on_prepared,
+            on_compaction=on_compaction,
         )
 
     @property
     def stats(self) -> AdapterStats:
         """Counters: calls prepared, calls that failed open, usage reports and their failures."""
         return self.preparer.stats
+
+    @property
+    def last_compaction(self) -> CompactionReport | None:
+        """The compaction decision of the latest call this adapter prepared (``None`` before the
+        first): ``selection.compaction``, with ``mode: "native"`` and the directive the adapter
+        wrote when the template asked for it. An adapter shared by concurrent conversations
+        holds whichever prepared last: read it per conversation from ``on_compaction`` or the
+        runtime's own place (docs/integrations.md#compaction)."""
+        return self.preparer.last_compaction
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait for the queued usage reports; ``False`` if some are still going at ``timeout``."""

@@ -44,6 +44,18 @@ maps between Pydantic AI's types and the neutral shape around the loop of :mod:`
   (``stats.cache_markers_skipped``). Only for the OpenAI models: ``prompt_cache_key`` and
   ``prompt_cache_retention`` become ``openai_prompt_cache_key`` and
   ``openai_prompt_cache_retention``.
+- **Compaction** (docs/integrations.md#compaction). A provider's ``CompactionPart`` in a
+  ``ModelResponse`` is a ``native`` part (Anthropic's with its summary, OpenAI's item with its
+  id and encrypted content); a ``CompactionPart`` in a ``ModelRequest`` (a summary the
+  application or the service wrote) is a user message of its text. ``mode: "report"``: a
+  ``compact`` decision requests compaction for the attempt (``ctx.request_compaction``), which the
+  agent's compaction capabilities (``compact_history``) carry out. ``mode: "native"``: the
+  provider's compaction goes into the attempt's settings, ``anthropic_context_management`` and
+  ``anthropic_betas`` for ``AnthropicModel``, ``openai_context_management`` for
+  ``OpenAIResponsesModel`` (any other model goes without it, warned). ``mode: "summarize"``: the
+  service's summary is sent as a ``CompactionPart`` in place of the messages it folded, and the
+  capability's own ``compact_history`` commits it to the run's history. A cleared tool result
+  is sent as a copy of its part with the service's text.
 - **Usage.** The response's ``usage`` is reported as ``provider="normalized"`` (its
   ``input_tokens`` include cache reads and writes), with the provider's response id
   (``provider_response_id``) as ``report_id`` and ``response_id`` when there is one.
@@ -60,12 +72,13 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, CompactionRequest, CompactionResult
 from pydantic_ai.messages import (
     BaseToolCallPart,
     BaseToolReturnPart,
     BinaryContent,
     CachePoint,
+    CompactionPart,
     FilePart,
     FileUrl,
     ImageUrl,
@@ -90,13 +103,18 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 from context_assembly_client.integrations.preparer import (
     AdapterStats,
     Carried,
+    NativeApi,
     Prepared,
     PreparerAdapter,
     RuntimeCall,
     normalized_usage,
+    with_native,
 )
 
 __all__ = ["ContextAssemblyCapability"]
+
+COMPACTION_HANDLER = "context-assembly"
+"""``CompactionResult.handler`` of the summaries the service wrote (``mode: "summarize"``)."""
 
 
 class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
@@ -114,6 +132,8 @@ class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
         timeout: the deadline of one prepare, in seconds.
         api_key: the service's API key, with a URL.
         on_prepared: called with each prepare answer before the request (ids, manifest).
+        on_compaction: called with the compaction decision before the request, when it is not
+            ``none``.
     """
 
     @classmethod
@@ -132,7 +152,25 @@ class ContextAssemblyCapability(PreparerAdapter, AbstractCapability[Any]):
             return request_context
         prepared_context, prepared = outcome
         self._remember(request_context, prepared)
+        decided = prepared.compaction
+        if decided is not None and decided.decision == "compact" and decided.mode != "native":
+            # "report": the agent's compaction capabilities compact this attempt's history;
+            # "summarize": this capability's compact_history commits the service's summary.
+            ctx.request_compaction(reason="threshold")
         return prepared_context
+
+    async def compact_history(
+        self, ctx: RunContext[Any], request: CompactionRequest
+    ) -> CompactionResult | None:
+        """The service's summary (``mode: "summarize"``), which the attempt sends in place of
+        the messages it folded, as the run's history from now on; ``None`` otherwise."""
+        first = request.messages[0] if request.messages else None
+        part = first.parts[0] if isinstance(first, ModelRequest) and first.parts else None
+        if not isinstance(part, CompactionPart) or part.metadata != _SUMMARY_METADATA:
+            return None
+        return CompactionResult(
+            messages=list(request.messages), part=part, handler=COMPACTION_HANDLER, kept_from=1
+        )
 
     async def after_model_request(
         self,
@@ -232,6 +270,19 @@ def is_openai(model: Model) -> bool:
     )
 
 
+_SUMMARY_METADATA = {"context_assembly": "summary"}
+"""``CompactionPart.metadata`` of a summary the service wrote (never sent to the model)."""
+
+
+def _native_api(model: Model) -> NativeApi | None:
+    """The provider compaction the serving model takes in its settings."""
+    if is_anthropic(model):
+        return "anthropic"
+    if _instance_of(model, "pydantic_ai.models.openai", "OpenAIResponsesModel"):
+        return "openai-responses"
+    return None
+
+
 def _call_of(context: ModelRequestContext, ctx: RunContext[Any]) -> RuntimeCall:
     parameters = context.model_request_parameters
     messages: list[Carried] = []
@@ -250,6 +301,7 @@ def _call_of(context: ModelRequestContext, ctx: RunContext[Any]) -> RuntimeCall:
         tools,
         model=_serving(context.model).model_name,
         conversation=ctx.conversation_id,
+        native_compaction=_native_api(context.model),
     )
 
 
@@ -280,6 +332,8 @@ def _request_part(part: Any) -> dict[str, Any]:
         return {"role": "tool", "tool_call_id": part.tool_call_id, "content": part.model_response()}
     if isinstance(part, RetryFeedbackPart | RetryPromptPart):
         return {"role": "user", "content": part.model_response()}
+    if isinstance(part, CompactionPart):  # a summary the application or the service wrote
+        return {"role": "user", "content": part.content or ""}
     kind = getattr(part, "part_kind", type(part).__name__)
     return {"role": "user", "content": [{"type": "opaque", "kind": str(kind)}]}
 
@@ -320,12 +374,35 @@ def _response(message: ModelResponse) -> dict[str, Any]:
             content.append({"type": "opaque", "kind": "thinking", "text": part.content})
         elif isinstance(part, FilePart):
             content.append({"type": "image" if part.content.is_image else "file"})
+        elif isinstance(part, CompactionPart):
+            content.append(_compaction(part))
         else:
             content.append({"type": "opaque", "kind": str(getattr(part, "part_kind", "part"))})
     neutral: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         neutral["tool_calls"] = calls
     return neutral
+
+
+def _compaction(part: CompactionPart) -> dict[str, Any]:
+    """A provider's compaction item as the service reads it: OpenAI's (an id and encrypted
+    content) or Anthropic's block, whose summary is counted."""
+    details = part.provider_details or {}
+    if part.id is not None:
+        item = {
+            "type": "compaction",
+            "id": part.id,
+            "encrypted_content": details.get("encrypted_content"),
+        }
+        return {"type": "native", "format": "openai-responses", "item": item}
+    native: dict[str, Any] = {
+        "type": "native",
+        "format": "anthropic",
+        "item": {"type": "compaction", "content": part.content},
+    }
+    if part.content is not None:
+        native["text"] = part.content
+    return native
 
 
 # --------------------------------------------------------------------------- frame -> Pydantic AI
@@ -351,6 +428,22 @@ def _apply(
         settings["openai_prompt_cache_key"] = prepared.prompt_cache_key
     if openai and prepared.prompt_cache_retention is not None:
         settings["openai_prompt_cache_retention"] = prepared.prompt_cache_retention
+    api = _native_api(context.model)
+    if prepared.native is not None and api == "anthropic":
+        current = settings.get("anthropic_context_management")
+        settings["anthropic_context_management"] = with_native(prepared.native, api, current)
+        betas = list(settings.get("anthropic_betas") or [])
+        if prepared.native.beta is not None and prepared.native.beta not in betas:
+            betas.append(prepared.native.beta)
+        settings["anthropic_betas"] = betas
+    elif prepared.native is not None and api == "openai-responses":
+        current = settings.get("openai_context_management")
+        settings["openai_context_management"] = with_native(prepared.native, api, current)
+    summary = prepared.compaction.summary if prepared.compaction is not None else None
+    if summary is not None and _opens_with_system_prompt(context.messages):
+        # The fold starts at the history's head, so it took the agent's system prompt in too:
+        # the summary is sent for this attempt only, never committed in the prompt's place.
+        summary = None
     instructions = parameters.instruction_parts
     messages: list[ModelMessage] = []
     pending: list[tuple[ModelRequest, Any]] = []  # consecutive parts of one original request
@@ -360,9 +453,14 @@ def _apply(
                 instructions = _instruction_parts(parameters, item.neutral["content"], prepared)
                 continue
             _flush(pending, messages)
+            if summary is not None and item.neutral == summary:
+                messages.append(_summary(item.neutral["content"]))
+                continue
             messages.append(_added(item.neutral["role"], item.neutral["content"], openai))
             continue
         message, part = item.origin
+        if item.rewritten and part is not None:
+            part = dataclasses.replace(part, content=item.neutral["content"])
         if part is None:  # a whole ModelResponse
             _flush(pending, messages)
             messages.append(message)
@@ -394,6 +492,22 @@ def _added(role: str, text: str, openai: bool) -> ModelRequest:
     if openai:
         return ModelRequest(parts=[SystemPromptPart(text)])
     return ModelRequest(parts=[UserPromptPart(f"[{role} instructions]\n{text}")])
+
+
+def _opens_with_system_prompt(messages: Sequence[ModelMessage]) -> bool:
+    first = messages[0] if messages else None
+    return (
+        isinstance(first, ModelRequest)
+        and bool(first.parts)
+        and isinstance(first.parts[0], SystemPromptPart)
+    )
+
+
+def _summary(text: str) -> ModelRequest:
+    """The service's summary as Pydantic AI holds a summary the application wrote: a
+    ``CompactionPart`` of its own request, which :meth:`ContextAssemblyCapability.compact_history`
+    commits to the run's history."""
+    return ModelRequest(parts=[CompactionPart(text, metadata=dict(_SUMMARY_METADATA))])
 
 
 def _flush(pending: list[tuple[ModelRequest, Any]], messages: list[ModelMessage]) -> None:
