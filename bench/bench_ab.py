@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench_service as svc
+from context_assembly_client import testing
+from context_assembly_client.testing import ServedProcess
 
 ROOT = svc.HERE.parent
 REQUESTS = {1: 100, 16: 480}  # prepares per service per round, by concurrency
@@ -42,7 +44,7 @@ REQUESTS = {1: 100, 16: 480}  # prepares per service per round, by concurrency
 @dataclass
 class Service:
     name: str
-    proc: subprocess.Popen[bytes]
+    process: ServedProcess
     url: str
     p50: dict[int, list[float]] = field(default_factory=dict)
     cpu: dict[int, list[float]] = field(default_factory=dict)
@@ -62,13 +64,8 @@ def start_service(name: str, source: Path, config: Path, folder: Path) -> Servic
     """A service of the code under ``source`` (a ``service/`` folder) with its own SQLite file."""
     own = folder / f"{name}.toml"
     own.write_text(config.read_text().replace("bench.db", f"{name}.db"))
-    port = svc.free_port()
-    proc = svc.start(
-        [str(svc.BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(own)],
-        port,
-        env={"PYTHONPATH": str(source)},
-    )
-    return Service(name, proc, f"http://127.0.0.1:{port}/v1/prepare")
+    process = testing.start_service(own, env={"PYTHONPATH": str(source)})
+    return Service(name, process, f"{process.url}/v1/prepare")
 
 
 def ratio(numerators: list[float], denominators: list[float]) -> float:
@@ -93,18 +90,18 @@ def main() -> None:
         parser.error(f"--concurrency takes {sorted(REQUESTS)}")
 
     folder = Path(tempfile.mkdtemp(prefix="ca-ab-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ServedProcess] = []
     base_tree: Path | None = None
     try:
         base_tree = worktree(args.base, folder)
-        contributors, _, config = svc.start_contributors(folder)
+        contributors, config = svc.start_contributors(folder)
         procs += contributors
         services = [
             start_service("A", base_tree / "service", config, folder),
             start_service("A2", base_tree / "service", config, folder),
             start_service("B", ROOT / "service", config, folder),
         ]
-        procs += [service.proc for service in services]
+        procs += [service.process for service in services]
         orders = list(itertools.permutations(services))
         body = svc.fanout_request(8) if args.workload == "fanout" else svc.inline_request()
         for service in services:  # connections, caches
@@ -115,11 +112,11 @@ def main() -> None:
             for round_ in range(args.rounds):
                 order = orders[round_ % len(orders)]
                 for service in order:
-                    before = svc.cpu_seconds(service.proc.pid)
+                    before = svc.cpu_seconds(service.process.pid)
                     latencies, errors = svc.run(svc.load(service.url, body, level, total))
                     if errors:
                         raise RuntimeError(f"{service.name}: {errors} failed prepares")
-                    cpu_ms = (svc.cpu_seconds(service.proc.pid) - before) / total * 1000
+                    cpu_ms = (svc.cpu_seconds(service.process.pid) - before) / total * 1000
                     service.p50.setdefault(level, []).append(svc.pct(latencies, 0.5))
                     service.cpu.setdefault(level, []).append(cpu_ms)
             a, a2, b = services
@@ -138,7 +135,7 @@ def main() -> None:
             )
     finally:
         for proc in procs:
-            svc.stop(proc)
+            proc.stop()
         if base_tree is not None:
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)],

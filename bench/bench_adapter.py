@@ -22,11 +22,7 @@ Run: ``.venv/bin/python bench/bench_adapter.py [--rounds 300]``.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,14 +31,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from context_assembly_client import Client
 from context_assembly_client.integrations import langchain as adapter
 from context_assembly_client.integrations.langchain import ContextAssemblyMiddleware
 from context_assembly_client.integrations.preparer import split_turn
+from context_assembly_client.testing import start_service
 from figures import report
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest
@@ -51,7 +46,6 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool, tool
 
-BIN = Path(sys.executable).parent
 INSTRUCTIONS = "You are a careful operations assistant. Quote order ids exactly."
 ANSWER = AIMessage(
     "Order A42 has shipped.",
@@ -112,42 +106,13 @@ TEMPLATE: dict[str, Any] = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serve(folder: Path) -> Iterator[str]:
-    port = free_port()
+    """``context-assembly serve`` on a SQLite file in ``folder``; its URL while it runs."""
     config = folder / "service.toml"
     config.write_text(f'[store]\nbackend = "sqlite"\npath = "{folder / "bench.db"}"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_ASSEMBLY_")}
-    proc = subprocess.Popen(
-        [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
-        cwd=folder,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    try:
-        while True:  # bounded polling: the process needs a moment to bind
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the service did not start")
-            try:
-                if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+    with start_service(config) as service:
+        yield service.url
 
 
 def p50_ms(samples: list[float]) -> float:

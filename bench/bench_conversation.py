@@ -51,7 +51,6 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,7 +61,9 @@ from typing import Any, Literal
 
 import aiohttp
 import orjson
-from bench_service import BIN, HERE, cpu_seconds, free_port, pct, run, start, stop
+from bench_service import HERE, cpu_seconds, pct, run, start_echo
+from context_assembly_client import testing
+from context_assembly_client.testing import ServedProcess, service_command, start_app
 from figures import report
 
 from context_assembly.tokens.counter import get_counter
@@ -281,7 +282,7 @@ class Server:
     """A process under measurement and its counted conversations."""
 
     label: str
-    proc: subprocess.Popen[bytes]
+    proc: ServedProcess
     url: str
     runs: list[Run] = field(default_factory=list)
 
@@ -338,24 +339,15 @@ def write_config(folder: Path, retrieval_port: int, secret: str) -> Path:
 def start_service(label: str, tree: Path | None, folder: Path, config: Path) -> Server:
     """``context-assembly serve`` on a free port with its own SQLite file: the installed one, or
     the one of the source tree ``tree``."""
-    port = free_port()
-    args = ["serve", "--port", str(port), "--config", str(config)]
     env = {"CONTEXT_ASSEMBLY_STORE__PATH": str(folder / f"{label}.db")}
     if tree is None:
-        proc = start([str(BIN / "context-assembly"), *args], port, env=env)
+        proc = testing.start_service(config, env=env)
     else:
         env["PYTHONPATH"] = f"{tree / 'service'}:{tree / 'clients' / 'python' / 'src'}"
-        cmd = [sys.executable, "-m", "context_assembly.cli", *args]
-        proc = start(cmd, port, env=env)
-    return Server(label, proc, f"http://127.0.0.1:{port}/v1/prepare")
-
-
-def start_uvicorn(app: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
-    """A bench app of this folder under uvicorn on a free loopback port."""
-    port = free_port()
-    cmd = [str(BIN / "uvicorn"), app, "--port", str(port), "--log-level", "warning",
-           "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-    return start(cmd, port, env={"PYTHONPATH": str(HERE), **env}), port
+        # The command of the tree's code: ``serve`` and its arguments, run as a module.
+        cmd = [sys.executable, "-m", "context_assembly.cli", *service_command(config)[1:]]
+        proc = ServedProcess(cmd, env={**os.environ, **env})
+    return Server(label, proc, f"{proc.url}/v1/prepare")
 
 
 def describe(answers: list[bytes]) -> None:
@@ -544,16 +536,17 @@ def main() -> None:
         ["inline", "webhook"] if args.retrieval == "both" else [args.retrieval]
     )
     folder = Path(tempfile.mkdtemp(prefix="ca-conversation-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ServedProcess] = []
     try:
         secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
-        retrieval, retrieval_port = start_uvicorn(
-            "retrieval_contributor:app", {"RETRIEVAL_SECRET": secret}
-        )
+        retrieval = start_app(
+            "retrieval_contributor:app", "--loop", "uvloop", "--http", "httptools", app_dir=HERE,
+            env={"RETRIEVAL_SECRET": secret},
+        )  # fmt: skip
         procs.append(retrieval)
-        echo_proc, echo_port = start_uvicorn("echo_app:app", {"ECHO_DB": str(folder / "echo.db")})
+        echo_proc = start_echo(folder)
         procs.append(echo_proc)
-        config = write_config(folder, retrieval_port, secret)
+        config = write_config(folder, retrieval.port, secret)
         for variant in variants:
             servers = []
             for label, tree in trees:  # new processes: each variant starts from a warm-up
@@ -561,9 +554,7 @@ def main() -> None:
                 procs.append(servers[-1].proc)
             # The echo reads the same bodies; with a webhook retrieval source they lack the
             # passages the service fetches, so the echo is measured on the inline bodies only.
-            echo = Server(
-                "stored echo", echo_proc, f"http://127.0.0.1:{echo_port}/v1/prepare-stored"
-            )
+            echo = Server("stored echo", echo_proc, f"{echo_proc.url}/v1/prepare-stored")
             paired_echo = echo if variant == "inline" else None
             converse(servers, paired_echo, variant, args.conversations, args.turns)
             if len(trees) > 1:
@@ -580,19 +571,17 @@ def main() -> None:
                     None,
                 )
             for server in servers:
-                stop(server.proc)
+                server.proc.stop()
                 procs.remove(server.proc)
         if args.growth and len(trees) == 1:
             label, tree = trees[0]
             server = start_service(f"{label}-growth", tree, folder, config)
             procs.append(server.proc)
-            echo = Server(
-                "stored echo", echo_proc, f"http://127.0.0.1:{echo_port}/v1/prepare-stored"
-            )
+            echo = Server("stored echo", echo_proc, f"{echo_proc.url}/v1/prepare-stored")
             growth(server, echo, args.growth)
     finally:
         for proc in procs:
-            stop(proc)
+            proc.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -7,8 +7,9 @@ fan-out loops, 128 requests in flight). Each contributor sleeps 20 ms and answer
 ``{revision, blocks}`` JSON. "Overhead" is fan-out
 wall time minus the 20 ms sleep; client CPU is this process's ``time.process_time()`` per fan-out.
 
-The 8 contributors run in a child process (so their CPU is not counted), bound to 127.0.0.1 only,
-and are stopped by PID at the end. Bounded: a whole run takes well under 60 s.
+The 8 contributors are the scripted contributor double of ``context_assembly_client.testing``,
+each in a process of its own on uvloop (so their CPU is not counted), bound to 127.0.0.1 only,
+and are stopped at the end. Bounded: a whole run takes well under 60 s.
 
     .venv/bin/python bench/bench_fanout.py [--rounds-c1 100] [--rounds-c16 12]
 """
@@ -17,57 +18,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
+
+import uvloop
+from context_assembly_client.testing import ServedProcess, Step, start_contributor
 
 SLEEP_S = 0.020
 SERVERS = 8
 
 
-# --------------------------------------------------------------------------- contributor process
+# --------------------------------------------------------------------------- contributors
 
-
-def _answer_body() -> bytes:
-    blocks = [{"id": f"b{i}", "text": "lorem ipsum " * 40, "priority": i} for i in range(11)]
-    return json.dumps({"revision": "r1", "blocks": blocks}).encode()
-
-
-async def _serve() -> None:
-    body = _answer_body()
-    head = (
-        f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    ).encode()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                request = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in request.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                await asyncio.sleep(SLEEP_S)
-                writer.write(head + body)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    servers = [await asyncio.start_server(handle, "127.0.0.1", 0) for _ in range(SERVERS)]
-    ports = [s.sockets[0].getsockname()[1] for s in servers]
-    print(json.dumps(ports), flush=True)
-    # Run until the parent closes our stdin (or stops us by PID).
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+BLOCKS = [{"id": f"b{i}", "text": "lorem ipsum " * 40, "priority": i} for i in range(11)]
+"""Each contributor's answer: about 5.6 KB of valid ``{revision, blocks}`` JSON."""
 
 
 # --------------------------------------------------------------------------- client side
@@ -174,53 +141,27 @@ async def _bench(ports: list[int], rounds_c1: int, rounds_c16: int) -> None:
 
 
 def main() -> None:
-    """Start the contributor process, run the comparison, stop the process by PID."""
+    """Start the contributor processes, run the comparison, stop the processes."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds-c1", type=int, default=100)
     parser.add_argument("--rounds-c16", type=int, default=12)
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        try:
-            import uvloop
-
-            uvloop.run(_serve())
-        except ImportError:  # pragma: no cover
-            asyncio.run(_serve())
-        return
-
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    contributors: list[ServedProcess] = []
     try:
-        assert child.stdout is not None
-        ports = json.loads(child.stdout.readline())
-        try:
-            import uvloop
-
-            runner: Callable[..., None] = uvloop.run
-            loop_name = "uvloop"
-        except ImportError:  # pragma: no cover
-            runner, loop_name = asyncio.run, "asyncio"
-        print(f"client loop: {loop_name}; {SERVERS} contributors (pid {child.pid}), 20 ms each")
+        for _ in range(SERVERS):
+            contributors.append(
+                start_contributor(default=Step(delay=SLEEP_S, blocks=BLOCKS), uvloop=True)
+            )
+        print(f"client loop: uvloop; {SERVERS} contributor processes, 20 ms each")
 
         async def bounded() -> None:
             async with asyncio.timeout(55):
-                await _bench(ports, args.rounds_c1, args.rounds_c16)
+                await _bench([c.port for c in contributors], args.rounds_c1, args.rounds_c16)
 
-        runner(bounded())
+        uvloop.run(bounded())
     finally:
-        with contextlib.suppress(Exception):
-            assert child.stdin is not None
-            child.stdin.close()
-        try:
-            child.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            os.kill(child.pid, 9)
-            child.wait()
+        for contributor in contributors:
+            contributor.stop()
 
 
 if __name__ == "__main__":

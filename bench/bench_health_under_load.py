@@ -21,11 +21,7 @@ Run: ``.venv/bin/python bench/bench_health_under_load.py [rounds]``.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,16 +29,8 @@ from pathlib import Path
 
 import httpx
 import orjson
+from context_assembly_client.testing import start_service
 from figures import report
-
-BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def input_4mb(salt: int) -> bytes:
@@ -127,27 +115,15 @@ async def measure(base: str, body: bytes) -> tuple[float, int, list[float]]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "config.toml"
         db = Path(folder) / "bench.db"
         config.write_text(
             f'[store]\npath = "{db}"\n[limits]\nmax_body_bytes = {16 * 1024 * 1024}\n'
         )
-        proc = subprocess.Popen(
-            [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
-            stderr=subprocess.DEVNULL,
-            env={**os.environ},
-        )
+        service = start_service(config)
         try:
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(200):  # 10 s at most
-                try:
-                    if httpx.get(base + "/healthz", timeout=0.5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
+            base = service.url
             blocks = blocks_250k()
             items = {"items-10k": responses_items(9_999), "items-80k": responses_items(80_000)}
             print(
@@ -200,8 +176,7 @@ def main() -> None:
                 None,
             )
         finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(timeout=20)
+            service.stop(timeout=20)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import orjson
 import redis
-from bench_service import BIN, free_port, load, pct, run, start, start_contributor, stop
+from bench_service import load, pct, run, start_loopback_contributor
+from context_assembly_client.testing import start_service
 
 REQUESTS = {1: 150, 16: 600, 64: 900}
 
@@ -39,7 +40,7 @@ def request_body() -> bytes:
 def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="ca-load-"))
     prefix = f"ca-load-{secrets.token_hex(4)}:"
-    contributor, contrib_port = start_contributor()
+    contributor = start_loopback_contributor(10)
     body = request_body()
     try:
         print("prepare with 4 contributors answering in 10 ms, Redis store")
@@ -57,26 +58,13 @@ def main() -> None:
             for i in range(4):
                 lines += [
                     f"[contributors.c{i}]",
-                    f'url = "http://127.0.0.1:{contrib_port}/ok/10/c{i}"',
+                    f'url = "http://127.0.0.1:{contributor.port}/c{i}"',
                     "",
                 ]
             config = folder / f"load-{workers}.toml"
             config.write_text("\n".join(lines))
-            port = free_port()
-            service = start(
-                [
-                    str(BIN / "context-assembly"),
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config),
-                    "--workers",
-                    str(workers),
-                ],
-                port,
-            )
-            url = f"http://127.0.0.1:{port}/v1/prepare"
+            service = start_service(config, "--workers", str(workers))
+            url = f"{service.url}/v1/prepare"
             try:
                 run(load(url, body, 8, 80))  # warm every worker
                 for concurrency, total in REQUESTS.items():
@@ -88,9 +76,9 @@ def main() -> None:
                         f"{pct(latencies, 0.5):>8.1f} {pct(latencies, 0.99):>8.1f} {errors / total:>7.1%}"
                     )
             finally:
-                stop(service)
+                service.stop()
     finally:
-        stop(contributor)
+        contributor.stop()
         shutil.rmtree(folder, ignore_errors=True)
         client = redis.Redis.from_url("redis://127.0.0.1:6379/13")
         for key in client.scan_iter(f"{prefix}*"):

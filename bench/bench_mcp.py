@@ -8,7 +8,8 @@ same content, two text resources and one search result of about 400 characters e
   ``search`` tool, so each prepare sends ``resources/list``, 2 ``resources/read`` and a
   ``tools/call`` (the session is opened once, in the warm-up);
 - ``mcp_json``: the same server answering JSON bodies, stateless;
-- ``webhook``: a raw ASGI webhook (uvicorn, httptools) answering the same 3 blocks in one body.
+- ``webhook``: a webhook answering the same 3 blocks in one body (the scripted contributor double
+  of ``context_assembly_client.testing`` in a process of its own, on uvloop).
 
 For reference, each round also sends the same four MCP requests straight to the event-stream
 server through the official SDK's own client (``mcp.Client``, handshake mode), with no service
@@ -27,25 +28,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
 import uvicorn
 import uvloop
-from bench_service import free_port, start, stop
+from context_assembly_client.testing import ServedProcess, Step, start_contributor, start_service
 from figures import report
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp_types import Annotations, TextContent
 
 HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
 ROUNDS = 300
 WARMUP = 30
 TEXTS = {
@@ -82,41 +80,12 @@ def serve_mcp(port: int, answers: str) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop")
 
 
-WEBHOOK_ANSWER = orjson.dumps(
-    {
-        "revision": "r1",
-        "blocks": [
-            {
-                "id": "bench://guide/refunds",
-                "text": TEXTS["bench://guide/refunds"],
-                "priority": 800,
-            },
-            {"id": "bench://guide/limits", "text": TEXTS["bench://guide/limits"], "priority": -600},
-            {"id": "search#0", "text": HIT, "priority": 1000},
-        ],
-    }
-)
-
-
-async def webhook_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """The webhook with the same content (``uvicorn bench_mcp:webhook_app``)."""
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    more = True
-    while more:
-        more = (await receive()).get("more_body", False)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(WEBHOOK_ANSWER)),
-    ]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": WEBHOOK_ANSWER})
+WEBHOOK_BLOCKS = [
+    {"id": "bench://guide/refunds", "text": TEXTS["bench://guide/refunds"], "priority": 800},
+    {"id": "bench://guide/limits", "text": TEXTS["bench://guide/limits"], "priority": -600},
+    {"id": "search#0", "text": HIT, "priority": 1000},
+]
+"""The webhook's answer: the MCP sources' content as blocks."""
 
 
 # --------------------------------------------------------------------------- processes
@@ -203,30 +172,28 @@ def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "serve-mcp":
         serve_mcp(int(sys.argv[2]), sys.argv[3])
         return
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ServedProcess] = []
     with tempfile.TemporaryDirectory(prefix="bench-mcp-") as tmp:
         try:
-            ports = {source: free_port() for source in SOURCES}
+            servers: dict[str, ServedProcess] = {}
             for source, answers in (("mcp_sse", "sse"), ("mcp_json", "json")):
-                cmd = [sys.executable, "bench_mcp.py", "serve-mcp", str(ports[source]), answers]
-                procs.append(start(cmd, ports[source]))
-            cmd = [str(BIN / "uvicorn"), "bench_mcp:webhook_app", "--port", str(ports["webhook"]),
-                   "--log-level", "warning", "--no-access-log",
-                   "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-            procs.append(start(cmd, ports["webhook"]))
+                cmd = [sys.executable, str(HERE / "bench_mcp.py"), "serve-mcp", "{port}", answers]
+                servers[source] = ServedProcess(cmd, ready=None)
+                procs.append(servers[source])
+            servers["webhook"] = start_contributor(default=Step(blocks=WEBHOOK_BLOCKS), uvloop=True)
+            procs.append(servers["webhook"])
             folder = Path(tmp)
+            ports = {source: server.port for source, server in servers.items()}
             (folder / "service.toml").write_text(
                 config(folder, ports["mcp_sse"], ports["mcp_json"], ports["webhook"])
             )
-            port = free_port()
-            cmd = [str(BIN / "context-assembly"), "serve", "--port", str(port),
-                   "--config", str(folder / "service.toml")]  # fmt: skip
-            procs.append(start(cmd, port))
+            service = start_service(folder / "service.toml")
+            procs.append(service)
             sse_url = f"http://127.0.0.1:{ports['mcp_sse']}/mcp"
-            latencies = uvloop.run(measure(f"http://127.0.0.1:{port}", sse_url))
+            latencies = uvloop.run(measure(service.url, sse_url))
         finally:
             for proc in reversed(procs):
-                stop(proc)
+                proc.stop()
     print(
         f"prepare with one source of 2 resources + 1 search result, c=1, {ROUNDS} rounds,"
         " interleaved"

@@ -9,8 +9,9 @@
    whose 200 means stored. (The figure with a target is a real conversation's:
    bench_conversation.py.)
 2. ``prepare`` fanning out to 8 registered contributors answering in 20 ms, at concurrency 1
-   and 16: p50, p99, errors. Each contributor is its own uvicorn process (8 servers, as in the
-   baseline's fan-out measurement): one process serving
+   and 16: p50, p99, errors. Each contributor is its own process (8 servers, as in the
+   baseline's fan-out measurement: the scripted contributor double of
+   ``context_assembly_client.testing``, on uvloop): one process serving
    all eight would measure that process's queue, not the service. At concurrency 1 the same run
    also measures two floors with no service in the path, interleaved with the prepares: the
    service's own contributor client (``contribute_all``) called from this process, and a bare
@@ -47,11 +48,7 @@ import asyncio
 import os
 import secrets
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Coroutine
@@ -64,10 +61,16 @@ import httptools
 import orjson
 import redis
 import uvloop
+from context_assembly_client.testing import (
+    ServedProcess,
+    Step,
+    start_app,
+    start_contributor,
+    start_service,
+)
 from figures import report
 
 HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
 REDIS_URL = "redis://127.0.0.1:6379/13"  # the scale-out's store (bench_load.py's database)
 T = TypeVar("T")
 
@@ -78,78 +81,50 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coro)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+BLOCKS = [
+    {"id": f"{{source}}-{i}", "text": f"fact {i} from {{source}} " * 8, "priority": i}
+    for i in range(4)
+]
+"""The loopback contributors' answer: four blocks named after the packet's source."""
 
 
-def start(cmd: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` and return once it accepts connections on ``port``."""
-    proc = subprocess.Popen(
-        cmd,
-        cwd=HERE,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # bounded polling for the bind
-        if proc.poll() is not None:
-            raise RuntimeError(f"{' '.join(cmd[:2])} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"{cmd[0]} did not start")
+def start_loopback_contributor(delay_ms: int) -> ServedProcess:
+    """A loopback contributor: the scripted double (``context_assembly_client.testing``) in a
+    process of its own on uvloop, answering every call after ``delay_ms`` with ``BLOCKS``."""
+    return start_contributor(default=Step(delay=delay_ms / 1000, blocks=BLOCKS), uvloop=True)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def start_contributor() -> tuple[subprocess.Popen[bytes], int]:
-    """The loopback contributor (bench/loopback_contributor.py) on a free port."""
-    port = free_port()
-    cmd = [str(BIN / "uvicorn"), "loopback_contributor:app", "--port", str(port), "--log-level", "warning",
-           "--no-access-log", "--loop", "uvloop", "--http", "httptools"]  # fmt: skip
-    return start(cmd, port), port
-
-
-def start_contributors(
-    folder: Path, n: int = 8
-) -> tuple[list[subprocess.Popen[bytes]], list[int], Path]:
-    """``n`` loopback contributors (each its own uvicorn process) and the service's TOML in
-    ``folder`` registering them as ``c0``.. answering in 20 ms, with its SQLite file there too."""
-    procs: list[subprocess.Popen[bytes]] = []
-    ports: list[int] = []
+def start_contributors(folder: Path, n: int = 8) -> tuple[list[ServedProcess], Path]:
+    """``n`` loopback contributors (each its own process) answering in 20 ms and the service's
+    TOML in ``folder`` registering them as ``c0``.., with its SQLite file there too."""
+    procs: list[ServedProcess] = []
     try:
         for _ in range(n):
-            proc, port = start_contributor()
-            procs.append(proc)
-            ports.append(port)
+            procs.append(start_loopback_contributor(20))
     except BaseException:
         for proc in procs:
-            stop(proc)  # the caller never saw them
+            proc.stop()  # the caller never saw them
         raise
     config = folder / "bench.toml"
     store = ["[store]", f'path = "{folder / "bench.db"}"']
-    config.write_text("\n".join([*store, *registrations(ports)]))
-    return procs, ports, config
+    config.write_text("\n".join([*store, *registrations([proc.port for proc in procs])]))
+    return procs, config
+
+
+def start_echo(folder: Path) -> ServedProcess:
+    """The FastAPI echo (bench/echo_app.py) under uvicorn on uvloop and httptools, its SQLite
+    file in ``folder``."""
+    return start_app(
+        "echo_app:app", "--loop", "uvloop", "--http", "httptools", app_dir=HERE,
+        env={"ECHO_DB": str(folder / "echo.db")},
+    )  # fmt: skip
 
 
 def registrations(ports: list[int]) -> list[str]:
-    """TOML lines registering the contributors on ``ports`` as ``c0``.. answering in 20 ms."""
+    """TOML lines registering the contributors on ``ports`` as ``c0``..."""
     lines = [""]
     for i, port in enumerate(ports):
-        lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{port}/ok/20/c{i}"', ""]
+        lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{port}/c{i}"', ""]
     return lines
 
 
@@ -422,47 +397,19 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def main() -> None:
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[ServedProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="ca-bench-"))
     try:
-        svc_port = free_port()
-        contributors, contrib_ports, config = start_contributors(folder)
+        contributors, config = start_contributors(folder)
         procs += contributors
-        service = start(
-            [
-                str(BIN / "context-assembly"),
-                "serve",
-                "--port",
-                str(svc_port),
-                "--config",
-                str(config),
-            ],
-            svc_port,
-        )
+        contrib_ports = [proc.port for proc in contributors]
+        service = start_service(config)
         procs.append(service)
-        echo_port = free_port()
-        procs.append(
-            start(
-                [
-                    str(BIN / "uvicorn"),
-                    "echo_app:app",
-                    "--port",
-                    str(echo_port),
-                    "--log-level",
-                    "warning",
-                    "--no-access-log",
-                    "--loop",
-                    "uvloop",
-                    "--http",
-                    "httptools",
-                ],
-                echo_port,
-                env={"PYTHONPATH": str(HERE), "ECHO_DB": str(folder / "echo.db")},
-            )
-        )
-        svc = f"http://127.0.0.1:{svc_port}/v1/prepare"
-        echo = f"http://127.0.0.1:{echo_port}/v1/prepare"
-        stored = f"http://127.0.0.1:{echo_port}/v1/prepare-stored"
+        echo_app = start_echo(folder)
+        procs.append(echo_app)
+        svc = f"{service.url}/v1/prepare"
+        echo = f"{echo_app.url}/v1/prepare"
+        stored = f"{echo_app.url}/v1/prepare-stored"
 
         body = inline_request()
         print(f"inline prepare: 128 blocks, request body {len(body)} bytes")
@@ -525,7 +472,7 @@ def main() -> None:
         fan = fanout_request(8)
         print("fan-out prepare: 8 contributors answering in 20 ms")
         run(load(svc, fan, 4, 40))
-        urls = [f"http://127.0.0.1:{port}/ok/20/c{i}" for i, port in enumerate(contrib_ports)]
+        urls = [f"http://127.0.0.1:{port}/c{i}" for i, port in enumerate(contrib_ports)]
         lat, client_floor, bare_floor, errors, cpu, lat_aio = [], [], [], 0, 0.0, []
         for _ in range(5):  # interleaved rounds: the service, then the two floors
             before = cpu_seconds(service.pid)
@@ -656,12 +603,12 @@ def main() -> None:
         report(
             "fan-out errors, c=1 and c=16", str(errors_all + errors), "0", errors_all + errors == 0
         )
-        stop(service)
+        service.stop()
         procs.remove(service)
         scale_out(folder, contrib_ports, fan)
     finally:
         for proc in procs:
-            stop(proc)
+            proc.stop()
         shutil.rmtree(folder, ignore_errors=True)  # the SQLite file and the config
 
 
@@ -677,12 +624,9 @@ def scale_out(folder: Path, contrib_ports: list[int], fan: bytes) -> None:
         f'key_prefix = "{prefix}"',
     ]
     config.write_text("\n".join([*store, *registrations(contrib_ports)]))
-    port = free_port()
-    cmd = [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config),
-           "--workers", "2"]  # fmt: skip
-    service = start(cmd, port)
+    service = start_service(config, "--workers", "2")
     try:
-        svc = f"http://127.0.0.1:{port}/v1/prepare"
+        svc = f"{service.url}/v1/prepare"
         lat, errors = run(load(svc, fan, 16, 160))  # both workers' contributor pools grow
         print(
             f"  --workers 2, Redis store: c=16 n=160  p50 {pct(lat, 0.5):6.2f} ms"
@@ -701,7 +645,7 @@ def scale_out(folder: Path, contrib_ports: list[int], fan: bytes) -> None:
             errors == 0 and p99 <= 80,
         )
     finally:
-        stop(service)
+        service.stop()
         client = redis.Redis.from_url(REDIS_URL)
         for key in client.scan_iter(f"{prefix}*"):
             client.delete(key)

@@ -1,6 +1,6 @@
 """Where a fan-out prepare's CPU goes inside a running service, stage by stage.
 
-Starts the eight loopback contributors of ``bench_service.py`` (each its own uvicorn process,
+Starts the eight loopback contributors of ``bench_service.py`` (each its own process,
 answering in 20 ms) and the service, in a process of its own whose synchronous prepare stages
 are wrapped in thread-CPU timers (``time.thread_time_ns`` before and after each call: what the
 event loop's thread itself spent, not the time it was preempted or waiting). Then sends
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_service as svc
+from context_assembly_client.testing import ServedProcess
 
 # (module, owner attribute or "", function name): the synchronous steps of one prepare.
 STAGES = (
@@ -107,32 +108,30 @@ def timer_overhead_us() -> float:
 
 
 def run(n16: int, n1: int) -> None:
-    procs = []
+    procs: list[ServedProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="ca-stages-"))
     try:
-        contributors, _, config = svc.start_contributors(folder)
+        contributors, config = svc.start_contributors(folder)
         procs += contributors
         print(f"timer cost ~{timer_overhead_us():.2f} µs per timed call (included below)")
         body = svc.fanout_request(8)
         for concurrency, total in ((16, n16), (1, n1)):
-            port = svc.free_port()
             out = folder / f"stages-{concurrency}.json"
-            service = svc.start(
-                [sys.executable, str(Path(__file__).resolve()), "--serve-with-timers", "serve", "--port", str(port),
-                 "--config", str(config)],
-                port,
-                env={OUT_ENV: str(out)},
+            service = ServedProcess(
+                [sys.executable, str(Path(__file__).resolve()), "--serve-with-timers", "serve",
+                 "--port", "{port}", "--config", str(config)],
+                env={**os.environ, OUT_ENV: str(out)},
             )  # fmt: skip
-            url = f"http://127.0.0.1:{port}/v1/prepare"
+            url = f"{service.url}/v1/prepare"
             try:
                 svc.run(svc.load(url, body, 16, 480))  # connections, caches
-                service.send_signal(signal.SIGUSR1)
+                service.proc.send_signal(signal.SIGUSR1)
                 time.sleep(0.2)
                 before = svc.cpu_seconds(service.pid)
                 latencies, errors = svc.run(svc.load(url, body, concurrency, total))
                 cpu_us = (svc.cpu_seconds(service.pid) - before) / len(latencies) * 1e6
             finally:
-                svc.stop(service)
+                service.stop()
             tallies = json.loads(out.read_text())
             print(
                 f"c={concurrency}: {total} prepares, p50 {svc.pct(latencies, 0.5):.2f} ms,"
@@ -157,7 +156,7 @@ def run(n16: int, n1: int) -> None:
             )
     finally:
         for proc in procs:
-            svc.stop(proc)
+            proc.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 

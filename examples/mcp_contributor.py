@@ -22,9 +22,7 @@ instead of using ``CONTEXT_ASSEMBLY_URL``. Everything stays on loopback:
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,14 +32,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import uvicorn
 from context_assembly_client import Client
+from context_assembly_client.testing import free_port, start_service
 from mcp.server.mcpserver import MCPServer
 from mcp_types import Annotations, TextContent
 
-BIN = Path(sys.executable).parent
 TOKEN = "example-token-" + os.urandom(8).hex()  # the server's bearer token, never printed
 
 
@@ -79,13 +76,6 @@ def handbook() -> MCPServer:
         ]
 
     return server
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def bearer(app: Any, token: str) -> Any:
@@ -146,47 +136,14 @@ failure_policy = "omit"
 
 @contextmanager
 def serve_service(folder: Path, config: str) -> Iterator[tuple[str, Path]]:
-    """``context-assembly serve`` with ``config`` on a free port; its JSON log lines go to a
+    """``context-assembly serve`` with ``config`` on a free port, ready once ``/healthz``
+    answers (``context_assembly_client.testing.start_service``); its JSON log lines go to a
     file. The header's value reaches it through the environment only."""
-    port = free_port()
     (folder / "service.toml").write_text(config)
     log = folder / "service.log"
-    env = {**os.environ, "HANDBOOK_MCP_TOKEN": f"Bearer {TOKEN}"}
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [
-                str(BIN / "context-assembly"),
-                "serve",
-                "--port",
-                str(port),
-                "--config",
-                str(folder / "service.toml"),
-            ],
-            stderr=stderr,
-            env=env,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # bounded polling until the service answers
-            if proc.poll() is not None:
-                raise RuntimeError(f"the service exited with status {proc.returncode}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("the service did not become ready")
-            time.sleep(0.05)
-        yield base, log
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    env = {"HANDBOOK_MCP_TOKEN": f"Bearer {TOKEN}"}
+    with start_service(folder / "service.toml", env=env, log=log) as service:
+        yield service.url, log
 
 
 def log_events(log: Path, name: str) -> list[dict[str, Any]]:

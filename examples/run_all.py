@@ -1,10 +1,11 @@
 """Run every example against one freshly started service, then clean up (``make examples``).
 
-Starts ``context-assembly serve`` on a free loopback port with a temporary TOML config (SQLite
-in a temporary directory, no auth, the ``notes`` contributor endpoint registered on a second free
-port with a fresh secret), waits for ``/healthz`` (bounded), runs each example as a subprocess
-with ``CONTEXT_ASSEMBLY_URL`` set, stops the service and removes the directory. Exits non-zero
-if the service did not start or any example failed.
+Starts ``context-assembly serve`` (``context_assembly_client.testing.start_service``) on a free
+loopback port with a temporary TOML config (SQLite in a temporary directory, no auth, the
+``notes`` contributor endpoint registered on a second free port with a fresh secret), waits for
+``/healthz`` (bounded), runs each example as a subprocess with ``CONTEXT_ASSEMBLY_URL`` set,
+stops the service and removes the directory. Exits non-zero if the service did not start or any
+example failed.
 
     .venv/bin/python examples/run_all.py [NAME ...]     # e.g. selection cache_aware
 """
@@ -15,17 +16,15 @@ import base64
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
+from context_assembly_client.testing import free_port, start_service
 
 HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
 EXAMPLES = [
     "selection",
     "dispatch_safety",
@@ -41,38 +40,6 @@ EXAMPLES = [
 ]
 EXAMPLE_TIMEOUT_S = 60
 READY_TIMEOUT_S = 20
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    """Bounded polling of ``/healthz`` until the service answers or gives up."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited with status {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=0.5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"{url} not ready within {READY_TIMEOUT_S} s")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def config_toml(folder: Path, contributor_port: int, secret: str) -> str:
@@ -135,49 +102,30 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ca-examples-") as tmp:
         folder = Path(tmp)
-        port, contributor_port = free_port(), free_port()
+        contributor_port = free_port()
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
         config = folder / "config.toml"
         config.write_text(config_toml(folder, contributor_port, secret))
-        log_path = folder / "service.log"
-        service_env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_ASSEMBLY_")}
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                [
-                    str(BIN / "context-assembly"),
-                    "serve",
-                    "--port",
-                    str(port),
-                    "--config",
-                    str(config),
-                ],
-                cwd=folder,
-                env=service_env,
-                stdout=log,
-                stderr=log,
-            )
-            try:
-                base_url = f"http://127.0.0.1:{port}"
-                try:
-                    wait_ready(f"{base_url}/healthz", proc)
-                except RuntimeError as err:
-                    print(f"service did not start: {err}")
-                    status = 1
-                else:
-                    print(
-                        f"service: {base_url} ready in {time.monotonic() - started:.1f} s "
-                        f"(pid {proc.pid}); contributor port {contributor_port}"
-                    )
-                    status = run_examples(names, base_url, contributor_port, secret)
-            finally:
-                stop(proc)
+        try:
+            # Without this shell's CONTEXT_ASSEMBLY_* variables; its output in service.log.
+            service = start_service(config, log=folder / "service.log", timeout=READY_TIMEOUT_S)
+        except RuntimeError as err:  # the message ends with the log's last lines
+            print(f"service did not start: {err}")
+            return 1
+        print(
+            f"service: {service.url} ready in {time.monotonic() - started:.1f} s "
+            f"(pid {service.pid}); contributor port {contributor_port}"
+        )
+        try:
+            status = run_examples(names, service.url, contributor_port, secret)
+        finally:
+            exit_status = service.stop(timeout=15)
         # uvicorn re-raises the SIGTERM it handled after a graceful shutdown.
-        clean = proc.returncode in (0, -signal.SIGTERM)
+        clean = exit_status in (0, -signal.SIGTERM)
         if status != 0 or not clean:
-            lines = log_path.read_bytes()[-8000:].decode(errors="replace").splitlines()[-20:]
-            print("service log (last lines):", *lines, sep="\n  ")
+            print("service log (last lines):", *service.log_tail().splitlines(), sep="\n  ")
             status = 1
-    how = "cleanly" if clean else f"with exit {proc.returncode}"
+    how = "cleanly" if clean else f"with exit {exit_status}"
     print(f"service stopped {how}; removed {folder}: {not folder.exists()}")
     print(
         f"all examples: {'ok' if status == 0 else 'FAILED'} in {time.monotonic() - started:.1f} s"

@@ -9,13 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
+from context_assembly_client.testing import ScriptedContributor
 from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from context_assembly.contributors.ssrf import Resolver
 from context_assembly.preparations import Clock
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 KEYS = {"acme": "key-acme-0001", "globex": "key-globex-0002"}
 
@@ -36,7 +37,7 @@ AppFactory = Callable[..., TestClient]
 @pytest.fixture
 def make_client(tmp_path: Path) -> Iterator[AppFactory]:
     clients: list[TestClient] = []
-    servers: list[HandlerServer] = []
+    servers: list[ScriptedContributor] = []
 
     def make(
         *,
@@ -64,7 +65,7 @@ def make_client(tmp_path: Path) -> Iterator[AppFactory]:
         if contributor_transport is not None:
             # The transport's handler answers on a real loopback server, which every contributor
             # name reaches through the production client.
-            servers.append(HandlerServer(contributor_transport.handler))
+            servers.append(ScriptedContributor(handler=contributor_transport.handler))
             client = LoopbackClient(servers[-1].port)
         clock = None
         if wall is not None or monotonic is not None:

@@ -10,14 +10,14 @@ import socket
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-import httpx
+import orjson
 import pytest
 import structlog
 from api_support import AppFactory, basic_request
+from context_assembly_client.testing import ScriptedContributor, Step
 from page_support import Page
 
 from context_assembly.preparations import targets
-from loopback_handler import HandlerServer
 
 SECRET_TEXT = "ZZ-contributor-text-ZZ"
 
@@ -51,36 +51,28 @@ def refused_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _answer(payload: Any, status: int = 200) -> HandlerServer:
-    return HandlerServer(lambda request: httpx.Response(status, json=payload))
-
-
 @pytest.fixture
 def registrations(hanging_port: int, refused_port: int) -> Iterator[dict[str, Any]]:
     """Every contributor of ``EXPECTED``, registered with ``failure_policy = "omit"``."""
-    servers = {
-        "unavailable": _answer({"error": SECRET_TEXT}, 503),
-        "malformed": _answer({"revision": 1, "blocks": [{"id": 7, "text": SECRET_TEXT}]}),
-        "unruly": _answer(
-            {
-                "revision": 1,
-                "blocks": [
+    with ScriptedContributor() as double:
+        double.script("/unavailable", Step(status=503, body=orjson.dumps({"error": SECRET_TEXT})))
+        double.script("/malformed", Step(revision=1, blocks=[{"id": 7, "text": SECRET_TEXT}]))
+        double.script(
+            "/unruly",
+            Step(
+                revision=1,
+                blocks=[
                     {"id": "fine", "text": SECRET_TEXT},
                     {"id": "loud", "text": SECRET_TEXT, "priority": 5000},
                 ],
-            }
-        ),
-    }
-    urls = {
-        "refused": f"http://127.0.0.1:{refused_port}/contribute",
-        "hanging": f"http://127.0.0.1:{hanging_port}/contribute",
-        **{name: server.url() for name, server in servers.items()},
-    }
-    try:
+            ),
+        )
+        urls = {
+            "refused": f"http://127.0.0.1:{refused_port}/contribute",
+            "hanging": f"http://127.0.0.1:{hanging_port}/contribute",
+            **{name: double.url(f"/{name}") for name in ("unavailable", "malformed", "unruly")},
+        }
         yield {name: {"url": url, "failure_policy": "omit"} for name, url in urls.items()}
-    finally:
-        for server in servers.values():
-            server.close()
 
 
 @pytest.fixture

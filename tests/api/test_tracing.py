@@ -387,14 +387,16 @@ import httpx, orjson
 from fastapi.testclient import TestClient
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
-from loopback_handler import HandlerServer, LoopbackClient
+from context_assembly_client.testing import ScriptedContributor
+
+from loopback_client import LoopbackClient
 
 seen = []
 def contribute(request):
     seen.append(request.headers.get("traceparent"))
     return httpx.Response(200, json={"revision": "r1", "blocks": [{"id": "x", "text": "fact"}]})
 
-with HandlerServer(contribute) as server:
+with ScriptedContributor(handler=contribute) as server:
     settings = load_settings(
         store={"path": "traced.db"}, contributors={"hook": {"url": "http://contributor.test/hook"}}
     )

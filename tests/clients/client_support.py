@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -18,6 +16,7 @@ import httpx
 import pytest
 import uvicorn
 from context_assembly_client import AsyncClient, Client
+from context_assembly_client.testing import start_service
 from fastapi import FastAPI
 from starlette.testclient import TestClient
 
@@ -25,7 +24,6 @@ from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 
 BASE = "http://testserver"
-BIN = Path(sys.executable).parent
 SECRET = "whsec_" + "c2VjcmV0LWtleS1vZi10aGUtY29udHJpYnV0b3ItdGVzdHM="
 API_KEY = "key-client-tests-0001"
 
@@ -108,14 +106,6 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) 
     raise RuntimeError(f"{what} not ready within {timeout} s")
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago (for a subprocess that binds it itself)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serve_in_thread(app: Any) -> Iterator[str]:
     """Serve an ASGI app with a real uvicorn on loopback in a background thread; yield its URL.
@@ -145,35 +135,10 @@ def serve_in_thread(app: Any) -> Iterator[str]:
 @contextmanager
 def serve_process(tmp_path: Path, config_toml: str) -> Iterator[str]:
     """Run ``context-assembly serve`` with ``config_toml``; yield its URL; stop it afterwards."""
-    port = free_port()
-    config = tmp_path / f"config-{port}.toml"
+    config = tmp_path / f"config-{secrets.token_hex(4)}.toml"
     config.write_text(config_toml)
-    proc = subprocess.Popen(
-        [str(BIN / "context-assembly"), "serve", "--port", str(port), "--config", str(config)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"service exited with {proc.returncode} before becoming ready")
-        try:
-            return httpx.get(url + "/healthz", timeout=0.5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(healthy, "context-assembly serve")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    with start_service(config) as service:
+        yield service.url
 
 
 @pytest.fixture

@@ -173,11 +173,15 @@ class TestWaits:
     def test_after_holds_a_call_until_another_path_is_called(
         self, double: ScriptedContributor
     ) -> None:
-        """A step with ``after`` answers only once that path has had a call."""
+        """A step with ``after`` holds its call while that path has had none (its caller hangs
+        up: closed, not answered); a call held when that path is called is answered then."""
         double.script("/broken", Step(status=500, after="/first"))
+        with pytest.raises(httpx.TimeoutException):
+            post(double.url("/broken"), timeout=HANG_UP)
+        double.wait_for("closed", "/broken")
+        assert double.count("answered", "/broken") == 0
         thread, out = in_thread(lambda: post(double.url("/broken")).status_code)
-        double.wait_for("seen", "/broken")
-        assert double.count("answered", "/broken") == 0  # held: nothing called /first yet
+        double.wait_for("seen", "/broken", count=2)
         post(double.url("/first"))
         thread.join(timeout=30)
         assert out == [500]

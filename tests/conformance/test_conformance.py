@@ -36,14 +36,13 @@ import copy
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from context_assembly_client.testing import ScriptedContributor, Step
 from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
@@ -372,68 +371,27 @@ def _cli_case(
 # --------------------------------------------------------------------------- HTTP
 
 
-class _CannedServer(ThreadingHTTPServer):
-    """A loopback server answering canned JSON per path (the contributors of one case)."""
-
-    daemon_threads = True
-
-    def __init__(self, routes: dict[str, Any]) -> None:
-        self.routes = routes
-        self.calls: list[tuple[str, Any]] = []
-        self.stopping = threading.Event()
-        super().__init__(("127.0.0.1", 0), _CannedHandler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (deadline) is expected; nothing to report."""
-
-
-class _CannedHandler(BaseHTTPRequestHandler):
-    server: _CannedServer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Keep test output quiet."""
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        packet = json.loads(raw) if raw else {}
-        self.server.calls.append((self.path, packet))
-        route = self.server.routes.get(self.path)
-        if route is None:
-            route = {"status": 404, "json": {"error": "no such canned path"}}
-        delay = route.get("delay_ms", 0) / 1000.0
-        if delay and self.server.stopping.wait(delay):
-            return
-        answer = route.get("json", {})
-        if packet.get("type") == "revision" and "revision_json" in route:
-            answer = route["revision_json"]
-        payload = json.dumps(answer).encode()
-        try:
-            self.send_response(route.get("status", 200))
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except OSError:
-            pass  # the service gave up on this call (its deadline): nothing to answer
-
-    do_POST = _answer
-    do_GET = _answer
+NO_ROUTE = Step(status=404, body=b'{"error":"no such canned path"}')
 
 
 @contextmanager
-def _contributors_server(routes: dict[str, Any]) -> Iterator[_CannedServer]:
-    server = _CannedServer(routes)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.stopping.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+def _contributors_server(routes: dict[str, Any]) -> Iterator[ScriptedContributor]:
+    """The contributors of one case: the scripted double, a path's canned answer (``status``,
+    ``json``, after ``delay_ms``) as its step; ``revision_json`` answers the calls after the
+    first, the validate's revision check after the prepare's contribution (the case's
+    ``contributor_calls`` hold that order)."""
+    with ScriptedContributor(default=NO_ROUTE) as double:
+        for path, route in routes.items():
+            answer = Step(
+                status=route.get("status", 200),
+                body=json.dumps(route.get("json", {})).encode(),
+                delay=route.get("delay_ms", 0) / 1000.0,
+            )
+            if "revision_json" in route:
+                double.script(path, answer, Step(body=json.dumps(route["revision_json"]).encode()))
+            else:
+                double.script(path, answer)
+        yield double
 
 
 def _substitute(value: Any, old: str, new: str) -> Any:
@@ -487,8 +445,7 @@ def _json(response: Any) -> dict[str, Any]:
 def _http_case(case: dict[str, Any], tmp_path: Path) -> None:
     pinned = [_timestamp(case.get("now", DEFAULT_NOW))]
     with _contributors_server(case.get("contributors_server", {})) as server:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
-        case = _substitute(case, "{server}", base)
+        case = _substitute(case, "{server}", server.base_url)
         overrides = _merge(
             {"store": {"path": str(tmp_path / "preparations.db")}}, case.get("settings", {})
         )
@@ -508,9 +465,10 @@ def _http_case(case: dict[str, Any], tmp_path: Path) -> None:
                 path = step["path"].replace("{id}", prep_id)
                 answer = client.request(step["method"], path, **kwargs)
                 _check(step["expect"], answer.status_code, _json(answer))
+        packets = [call.packet or {} for call in server.calls()]
         if "contributor_calls" in case:
-            assert [packet.get("type") for _, packet in server.calls] == case["contributor_calls"]
-        for _, packet in server.calls:
+            assert [packet.get("type") for packet in packets] == case["contributor_calls"]
+        for packet in packets:
             assert set(packet) == PACKET_KEYS[packet["type"]], "docs/contract.md#webhook-protocol"
 
 

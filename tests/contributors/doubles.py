@@ -1,10 +1,9 @@
-"""Test doubles for contributor tests: a recording resolver and a recording contributor."""
+"""Test doubles for contributor tests: a recording resolver, the reference signing secret. (The
+contributor double is ``context_assembly_client.testing.ScriptedContributor``.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import httpx
 
 # The Standard Webhooks reference secret (libraries/python/tests/test_webhooks.py).
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -31,15 +30,3 @@ class RecordingResolver:
         if host not in self.answers:
             raise OSError("no such host")
         return self.answers[host]
-
-
-class RecordingContributor:
-    """A contributor handler (for ``loopback_handler.HandlerServer``) that records requests and
-    answers a fixed valid contribution."""
-
-    def __init__(self) -> None:
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        return httpx.Response(200, json={"revision": 1, "blocks": []})

@@ -4,11 +4,12 @@ a ``ttlMs`` at a handshake revision, a listing of 40,000 resources, a ``DELETE``
 answers.
 
 :class:`ScriptedMcp` serves Streamable HTTP with JSON answers on a loopback port, from a thread of
-its own (``loopback_handler.HandlerServer``: its own event loop, so that what this process's loop
-does is measured without the server's work). Every answer is the protocol's unless the test
-replaces the one of a JSON-RPC method (``answers``), or of ``DELETE`` (``on_delete``); a replaced
-answer may be a coroutine that never returns until the server is closed. Each request is recorded
-as ``(HTTP method, JSON-RPC method, headers)``.
+its own (a ``context_assembly_client.testing.ScriptedContributor`` with this server as its
+handler: its own event loop, so that what this process's loop does is measured without the
+server's work). Every answer is the protocol's unless the test replaces the one of a JSON-RPC
+method (``answers``), or of ``DELETE`` (``on_delete``); a replaced answer may be a coroutine that
+never returns until the server is closed. Each request is recorded as ``(HTTP method, JSON-RPC
+method, headers)``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 import httpx
 import orjson
+from context_assembly_client.testing import ScriptedContributor
 
 Answer = Callable[[dict[str, Any]], httpx.Response | Awaitable[httpx.Response]]
 
@@ -65,19 +67,12 @@ class ScriptedMcp:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self._closing = asyncio.Event()  # of the server's loop: what a hanging answer awaits
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0), self._loop
-        ).result()
-        self.port: int = self._server.sockets[0].getsockname()[1]
+        self._server = ScriptedContributor(handler=self._handle, record=False)
+        self.port: int = self._server.port
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return self._server.url("/mcp")
 
     def methods(self) -> list[str]:
         """``<HTTP method> <JSON-RPC method>`` of each request so far, in order."""
@@ -89,25 +84,13 @@ class ScriptedMcp:
             return [s for s in self.seen if f"{s.http_method} {s.method}" == entry]
 
     async def hang(self) -> httpx.Response:
-        """An answer that never comes (until the server is closed)."""
-        await self._closing.wait()
-        return httpx.Response(503)
+        """An answer that never comes: the server's close ends the connection."""
+        await asyncio.Event().wait()
+        raise AssertionError("never set")
 
     def close(self) -> None:
-        """Release the pending answers, end every connection's task, stop the thread."""
-
-        async def stop() -> None:
-            self._closing.set()
-            self._server.close()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self._server.wait_closed()
-
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
+        """End every connection (pending answers included) and stop the server's thread."""
+        self._server.close()
 
     def __enter__(self) -> ScriptedMcp:
         return self
@@ -119,40 +102,6 @@ class ScriptedMcp:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, target, _ = lines[0].split(" ", 2)
-            headers = [
-                (name.strip(), value.strip())
-                for name, _, value in (line.partition(":") for line in lines[1:] if line)
-            ]
-            length = next((int(v) for k, v in headers if k.lower() == "content-length"), 0)
-            body = await reader.readexactly(length)
-            request = httpx.Request(
-                method, f"http://127.0.0.1{target}", headers=headers, content=body
-            )
-            response = await self._handle(request)
-            status = f"HTTP/1.1 {response.status_code} X".encode()
-            content = await response.aread()  # httpx has set its content-length
-            fields = [name + b": " + value for name, value in response.headers.raw]
-            fields.append(b"connection: close")
-            writer.write(b"\r\n".join([status, *fields]) + b"\r\n\r\n" + content)
-            await writer.drain()
-            writer.close()
-            await writer.wait_closed()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            writer.transport.abort()  # the client left, or the server is closing
-        except BaseException:
-            writer.transport.abort()  # a test's answer failed: the client sees a reset
-            raise
-        finally:
-            self._tasks.discard(task)
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
         headers = {name.lower(): value for name, value in request.headers.items()}

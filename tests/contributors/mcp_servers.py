@@ -30,9 +30,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -41,6 +38,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from context_assembly_client.testing import ServedProcess, free_port
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -169,13 +167,6 @@ def build(record: Path) -> MCPServer:
     return server
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class McpProcess:
     """One server subprocess; :meth:`restart` brings it back on the same port, with no session
     remembered."""
@@ -189,42 +180,22 @@ class McpProcess:
         token: str | None = None,
     ) -> None:
         self.token = token
+        self.answers, self.sessions = answers, sessions
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.record = folder / f"mcp-{self.port}.log"
         self.record.touch()
-        self.args = [str(self.port), answers, sessions, str(self.record)]
-        self.output = folder / f"mcp-{self.port}.out"
-        self.proc = self._start()
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        with self.output.open("ab") as output:  # the server's own log lines, for a failing test
-            proc = subprocess.Popen(
-                [sys.executable, str(HERE / "mcp_servers.py"), *self.args],
-                env={
-                    **os.environ,
-                    "PYTHONPATH": str(HERE),
-                    **({"MCP_TEST_TOKEN": self.token} if self.token else {}),
-                },
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        self._wait_ready(proc)
-        return proc
-
-    def _wait_ready(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-        """Bounded polling: the process needs a moment to import the SDK and bind."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"MCP server exited with {proc.returncode}")
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
-            ):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"MCP server not listening within {timeout} s")
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(HERE),
+            **({"MCP_TEST_TOKEN": self.token} if self.token else {}),
+        }
+        command = [sys.executable, str(HERE / "mcp_servers.py"), "{port}", answers, sessions,
+                   str(self.record)]  # fmt: skip
+        # Ready once it takes connections; its own log lines go to a file, for a failing test.
+        self.process = ServedProcess(
+            command, port=self.port, ready=None, env=env, log=folder / f"mcp-{self.port}.out"
+        )
 
     def lines(self) -> list[str]:
         return self.record.read_text().splitlines()
@@ -243,17 +214,10 @@ class McpProcess:
             await asyncio.sleep(0.02)
 
     def restart(self) -> None:
-        self.stop()
-        self.proc = self._start()
+        self.process.restart()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        self.process.stop()
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """Contributor calls: packet, headers, statuses, validation, failure policy.
 
-The contributor is a respx router's answers served on a real loopback server
-(``loopback_handler.HandlerServer``), reached through the production client with every name
-resolving to that server.
+The contributor is a respx router's answers served on a real loopback server (the scripted
+contributor double of ``context_assembly_client.testing``, the router as its handler), reached
+through the production client with every name resolving to that server.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 import respx
+from context_assembly_client.testing import ScriptedContributor
 from doubles import SECRET
 from standardwebhooks import Webhook
 
@@ -32,7 +33,7 @@ from context_assembly.contributors import (
 from context_assembly.contributors.packets import ContributePacket, RevisionPacket
 from context_assembly.core.request import Block, Scope
 from context_assembly.errors import AssemblyTimeoutError, ContributorFailedError
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 URL = "http://memory.example/contribute"
 CAP = 4096
@@ -45,14 +46,14 @@ def router() -> respx.MockRouter:
 
 
 @pytest.fixture
-def server(router: respx.MockRouter) -> Iterator[HandlerServer]:
+def server(router: respx.MockRouter) -> Iterator[ScriptedContributor]:
     """A loopback server answering with ``router``."""
-    with HandlerServer(router.handler) as serving:
+    with ScriptedContributor(handler=router.handler) as serving:
         yield serving
 
 
 @pytest.fixture
-async def client(server: HandlerServer) -> AsyncIterator[ContributorClient]:
+async def client(server: ScriptedContributor) -> AsyncIterator[ContributorClient]:
     """The production client, every name resolving to the loopback server."""
     async with LoopbackClient(server.port) as shared:
         yield shared

@@ -13,9 +13,9 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, NoReturn
 
-import httpx
 import pytest
 import structlog
+from context_assembly_client.testing import ScriptedContributor, Step
 from structlog.typing import EventDict
 
 from context_assembly.contributors import (
@@ -29,26 +29,23 @@ from context_assembly.contributors import (
 from context_assembly.contributors.mcp import McpEndpoint, McpSpec
 from context_assembly.core.request import Scope
 from context_assembly.metrics import InternalErrorSite, Metrics
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 MARKER = "ZZ-block-text-ZZ"
 CAP = 4096
 
 
-def _answer(request: httpx.Request) -> httpx.Response:
-    """Every contributor answers well: a valid contribution, which is also a valid revision."""
-    return httpx.Response(200, json={"revision": 1, "blocks": [{"id": "a", "text": "x"}]})
-
-
 @pytest.fixture
-def server() -> Iterator[HandlerServer]:
-    """A loopback contributor that answers every call well."""
-    with HandlerServer(_answer) as serving:
+def server() -> Iterator[ScriptedContributor]:
+    """A loopback contributor that answers every call well (one valid block, revision 1)."""
+    with ScriptedContributor(
+        default=Step(revision=1, blocks=[{"id": "a", "text": "x"}])
+    ) as serving:
         yield serving
 
 
 @pytest.fixture
-async def client(server: HandlerServer) -> AsyncIterator[ContributorClient]:
+async def client(server: ScriptedContributor) -> AsyncIterator[ContributorClient]:
     """The production client, every name resolving to the loopback server."""
     async with LoopbackClient(server.port) as shared:
         yield shared
@@ -145,15 +142,11 @@ async def test_a_bug_in_a_revision_query_is_logged_counted_and_answered_as_error
 
 
 async def test_what_a_contributor_does_is_not_counted_as_a_bug(
-    client: ContributorClient, fields: PacketFields, server: HandlerServer
+    client: ContributorClient, fields: PacketFields, server: ScriptedContributor
 ) -> None:
     """A contributor that resets the connection is an ``error`` outcome of the contributor's,
     not an internal error: nothing is counted or logged as a bug."""
-
-    def reset(request: httpx.Request) -> httpx.Response:
-        raise ConnectionResetError  # the loopback server aborts the connection
-
-    server.handler = reset
+    server.script("/c", Step(fault="reset"))
     target = ContributorTarget(source="memory", url="http://memory.example/c")
     before = (_counted("contribute"), _counted("revision"))
     with structlog.testing.capture_logs() as logs:

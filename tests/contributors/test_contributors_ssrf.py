@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
-from doubles import RecordingContributor, RecordingResolver
+from context_assembly_client.testing import ScriptedContributor
+from doubles import RecordingResolver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +25,7 @@ from context_assembly.contributors import (
 from context_assembly.core.request import Scope
 from context_assembly.errors import AssemblyTimeoutError, UrlRejectedError
 from hypothesis_budget import examples
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 PUBLIC = "93.184.216.34"
 
@@ -67,30 +69,35 @@ def allow_only(url: str, *, allow_private: bool = False) -> UrlPolicy:
     )
 
 
+@pytest.fixture
+def contributor() -> Iterator[ScriptedContributor]:
+    """The contributor double every name reaches (``LoopbackClient``); it records each call."""
+    with ScriptedContributor() as double:
+        yield double
+
+
 async def guarded_call(
-    url: str, policy: UrlPolicy, resolver: RecordingResolver, transport: RecordingContributor
+    url: str, policy: UrlPolicy, resolver: RecordingResolver, contributor: ScriptedContributor
 ) -> None:
     """The production flow for an inline URL: check it, then fan out to it."""
     checked = await check_url(url, policy, resolver, source="memory")
     target = ContributorTarget(source="memory", url=url, kind="inline", checked=checked)
     fields = PacketFields("prep", "m", [], 100, Scope(), 0)
-    with HandlerServer(transport) as server:
-        async with LoopbackClient(server.port) as client:  # every name reaches the recorder
-            await contribute_all(client, [target], fields, time.monotonic() + 1, 1024)
+    async with LoopbackClient(contributor.port) as client:  # every name reaches the double
+        await contribute_all(client, [target], fields, time.monotonic() + 1, 1024)
 
 
 @pytest.mark.parametrize(("url", "reason"), ADDRESS_VECTORS)
 async def test_forbidden_literal_or_name_is_refused_before_any_connection(
-    url: str, reason: str
+    url: str, reason: str, contributor: ScriptedContributor
 ) -> None:
-    """Every SSRF vector is refused with UrlRejectedError and the transport sees no request."""
+    """Every SSRF vector is refused with UrlRejectedError and the contributor sees no request."""
     resolver = RecordingResolver({})
-    transport = RecordingContributor()
     with pytest.raises(UrlRejectedError) as info:
-        await guarded_call(url, allow_only(url), resolver, transport)
+        await guarded_call(url, allow_only(url), resolver, contributor)
     assert reason in info.value.detail
     assert info.value.extensions["source"] == "memory"
-    assert transport.requests == []
+    assert contributor.calls() == []
     if httpx.URL(url).host[0].isdigit() or ":" in httpx.URL(url).host:
         assert resolver.calls == []  # literal addresses are never looked up
 
@@ -105,17 +112,18 @@ async def test_a_port_outside_the_tcp_range_is_refused(port: int) -> None:
     assert "port" in info.value.detail
 
 
-async def test_name_resolving_to_loopback_is_refused_without_naming_the_address() -> None:
+async def test_name_resolving_to_loopback_is_refused_without_naming_the_address(
+    contributor: ScriptedContributor,
+) -> None:
     """A public-looking name whose answer is 127.0.0.1 is refused; the error names the category only."""
     resolver = RecordingResolver({"hooks.example.com": ["127.0.0.1"]})
-    transport = RecordingContributor()
     url = "https://hooks.example.com/contribute"
     with pytest.raises(UrlRejectedError) as info:
-        await guarded_call(url, allow_only(url), resolver, transport)
+        await guarded_call(url, allow_only(url), resolver, contributor)
     assert "loopback" in info.value.detail
     assert "127.0.0.1" not in info.value.detail
     assert resolver.calls == [("hooks.example.com", 443)]
-    assert transport.requests == []
+    assert contributor.calls() == []
 
 
 async def test_one_private_answer_among_public_ones_refuses_the_name() -> None:

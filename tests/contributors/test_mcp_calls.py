@@ -183,7 +183,7 @@ async def test_one_session_serves_every_prepare(
     assert [o.status for o in outcomes] == ["ok"] * 3
     assert any_server.lines().count("POST initialize") == before + 1
     [opened] = [line for line in logs if line["event"] == "mcp_session_opened"]
-    assert opened["stateful"] is (any_server.args[2] == "stateful")
+    assert opened["stateful"] is (any_server.sessions == "stateful")
 
 
 async def test_a_server_that_forgets_its_sessions_gets_a_new_one(

@@ -113,7 +113,10 @@ def test_tool_calls_and_results_stay_paired_in_order() -> None:
     """An Anthropic user turn with tool results becomes one tool message per result, right
     after the assistant's calls, in order; the other blocks follow as a user message."""
     request = PrepareRequest.model_validate({**recorded("anthropic"), "render": "neutral"})
-    roles = [(m.role, m.tool_call_id, [c.id for c in m.tool_calls or ()]) for m in neutral_history(request)]
+    roles = [
+        (m.role, m.tool_call_id, [c.id for c in m.tool_calls or ()])
+        for m in neutral_history(request)
+    ]
     assert roles == [
         ("user", None, []),
         ("assistant", None, ["toolu_01"]),

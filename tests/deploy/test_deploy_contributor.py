@@ -18,11 +18,12 @@ from types import ModuleType
 import httpx
 import httpx2
 import pytest
+from context_assembly_client.testing import ScriptedContributor
 from fastapi.testclient import TestClient
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -67,7 +68,7 @@ def _service(
             await response.aread()
             return response
 
-    server = HandlerServer(to_example)
+    server = ScriptedContributor(handler=to_example)
     app = create_app(settings, client=LoopbackClient(server.port))
     with server, TestClient(app, raise_server_exceptions=False) as http:
         http.headers["Authorization"] = f"Bearer {KEY}"

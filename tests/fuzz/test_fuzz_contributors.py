@@ -6,7 +6,8 @@ random responses under failure policy ``omit`` and ``fail`` (``POST /v1/prepare`
 200 or a problem+json with a known code, never a 500).
 
 Every contributor reply is written as drawn (status line, headers, body) by a loopback server
-(``loopback_handler.HandlerServer``) and read by the production client. Runs are
+(``context_assembly_client.testing.ScriptedContributor`` with a handler) and read by the
+production client. Runs are
 derandomized, so CI sees the same examples every time; ``make test-deep`` draws many more at
 random (``hypothesis_budget``).
 """
@@ -24,6 +25,7 @@ from typing import Any, get_args
 
 import httpx
 import pytest
+from context_assembly_client.testing import ScriptedContributor
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -38,7 +40,7 @@ from context_assembly.contributors import (
 )
 from context_assembly.core.request import Block, Message, Scope
 from hypothesis_budget import DEEP, examples
-from loopback_handler import HandlerServer, LoopbackClient
+from loopback_client import LoopbackClient
 
 KNOWN_STATUSES = frozenset(get_args(Status))
 CAP = 2048
@@ -301,7 +303,7 @@ async def _fan_out(answers: dict[str, Reply], secrets: list[bool], expired: bool
         for source, with_secret in zip(answers, secrets, strict=True)
     ]
     deadline = time.monotonic() + (-1.0 if expired else 5.0)
-    with HandlerServer(handler) as server:
+    with ScriptedContributor(handler=handler) as server:
         async with LoopbackClient(server.port) as client:
             return await contribute_all(client, targets, FIELDS, deadline, CAP)
 
@@ -400,7 +402,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClie
         },
         limits={"max_contributor_response_bytes": CAP},
     )
-    server = HandlerServer(board)
+    server = ScriptedContributor(handler=board)
     app = create_app(app_settings, client=LoopbackClient(server.port))
     with server, TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {API_KEY}"

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
+from context_assembly_client.testing import ScriptedContributor
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
@@ -40,7 +41,6 @@ from schemathesis.config import SchemathesisConfig
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings
 from hypothesis_budget import DEEP, examples
-from loopback_handler import HandlerServer
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENAPI = ROOT / "openapi" / "openapi.json"
@@ -81,7 +81,7 @@ def _settings(tmp: Path, contributor_url: str) -> Any:
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FastAPI]:
     """One app for every operation; schemathesis starts and stops its lifespan per test."""
-    with HandlerServer(_contributor) as contributor:
+    with ScriptedContributor(handler=_contributor) as contributor:
         tmp = tmp_path_factory.mktemp("fuzz-openapi")
         yield create_app(_settings(tmp, contributor.url("/hook")))
 

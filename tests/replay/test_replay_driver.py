@@ -80,7 +80,8 @@ def test_the_service_plan_reads_on_gpt_5_6_where_openais_own_breakpoint_does_not
     the previous call's history marker; without it OpenAI's own breakpoint ends on the per-turn
     messages of the stable-prefix layout, so only the first call's system entry is read again.
     Writes are priced at 1.25 times uncached input."""
-    system: dict[str, object] = {"role": "system", "content": blocks_text(range(1, 25))}  # 1,536 tokens
+    # 1,536 tokens
+    system: dict[str, object] = {"role": "system", "content": blocks_text(range(1, 25))}
     messages: list[dict[str, object]] = [system]
     lines = []
     for turn in range(5):

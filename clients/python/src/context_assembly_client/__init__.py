@@ -6,6 +6,8 @@
   ``(provider, usage)`` pair for ``report_usage`` from a provider SDK's response.
 - :func:`make_contributor_app` (in :mod:`context_assembly_client.contributor`): a contributor
   webhook as an ASGI app around one function, with signature and deadline handling.
+- :mod:`context_assembly_client.testing` (imported on its own): a scripted contributor double
+  and a helper that serves the service or an app in a process of its own, for tests.
 """
 
 from context_assembly_client import types

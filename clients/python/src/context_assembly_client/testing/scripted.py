@@ -21,8 +21,8 @@ one repeats; an unscripted path takes ``default``):
   ``"r1"`` at first) and ``blocks`` (else two blocks named after the source, ``<source>-a`` and
   ``<source>-b``); a block's strings may hold ``{source}``, replaced by the packet's source.
   ``status`` other than 200 answers ``{"error": "scripted"}``; ``body`` answers those bytes.
-- **timing**: ``delay`` seconds first; ``after`` waits until a call to that path has arrived;
-  ``gather`` waits until that many calls to this path have arrived (calls made at once).
+- **timing**: ``after`` waits until a call to that path has arrived, ``gather`` until that
+  many calls to this path have arrived (calls made at once); then ``delay`` seconds.
 - **faults**: ``hang`` (never answer), ``drip`` (headers, then a byte every 50 ms), ``late``
   (answer once the caller has hung up), ``reset`` (TCP reset), ``oversize`` (``size`` bytes,
   chunked), ``invalid_json`` (a 200 whose body is not JSON).
@@ -317,10 +317,11 @@ class _Core:
         length = next((int(v) for k, v in headers if k.lower() == "content-length"), 0)
         body = await reader.readexactly(length) if length else b""
         path = target.split("?", 1)[0]
-        record = self._arrive(method, target, path, headers, body, writer)
+        request, record = self._arrive(method, target, path, headers, body, writer)
         step = self.next_step(path)
         if step is None:
-            return await self._by_handler(record, method, target, headers, body, writer)
+            assert request is not None  # made whenever there is a handler
+            return await self._by_handler(request, record, writer)
         closed: asyncio.Task[None] | None = None
         try:
             if step.after is not None or step.gather:
@@ -341,23 +342,26 @@ class _Core:
         headers: list[tuple[str, str]],
         body: bytes,
         writer: asyncio.StreamWriter,
-    ) -> _Record | None:
-        record = None
+    ) -> tuple[httpx.Request | None, _Record | None]:
+        """Count the call and wake what waits on arrivals; the request (for the record or the
+        handler) and the call's record (when the double keeps one)."""
+        request = record = None
         if self.record or self.handler is not None:
             host = next((v for k, v in headers if k.lower() == "host"), None)
             if host is None:
                 host = f"127.0.0.1:{writer.get_extra_info('sockname')[1]}"
             request = httpx.Request(method, f"http://{host}{target}", headers=headers, content=body)
-            record = _Record(request)
+            if self.record:
+                record = _Record(request)
         with self.changed:
             self.counts[path] = self.counts.get(path, 0) + 1
-            if record is not None and self.record:
+            if record is not None:
                 self.records.append(record)
             self.changed.notify_all()
         assert self.arrival is not None
         arrived, self.arrival = self.arrival, asyncio.Event()
         arrived.set()
-        return record if self.record else None
+        return request, record
 
     async def _until(self, step: Step, path: str, closed: asyncio.Task[None]) -> bool:
         """Wait for the step's ``after`` and ``gather``; ``False`` if the caller hung up first."""
@@ -389,9 +393,7 @@ class _Core:
     ) -> bool:
         fault = step.fault
         if fault == "reset":
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            _reset(writer)
             return False
         if closed is None and (fault in ("hang", "late", "drip", "oversize") or step.delay):
             closed = _watch(reader)
@@ -487,33 +489,27 @@ class _Core:
         return whole
 
     async def _by_handler(
-        self,
-        record: _Record | None,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        writer: asyncio.StreamWriter,
+        self, request: httpx.Request, record: _Record | None, writer: asyncio.StreamWriter
     ) -> bool:
         assert self.handler is not None
-        request = record.request if record is not None else None
-        if request is None:
-            request = httpx.Request(
-                method, f"http://127.0.0.1{target}", headers=headers, content=body
-            )
         try:
             result = self.handler(request)
             response = await result if inspect.isawaitable(result) else result
             content = await response.aread()
         except Exception:
-            sock = writer.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            writer.transport.abort()
+            _reset(writer)
             return False
         writer.write(_encode(response, content))
         await writer.drain()
         self.note(record, "answered")
         return False
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Abort the connection with a TCP reset (``SO_LINGER`` 0), not a close."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 def _watch(reader: asyncio.StreamReader) -> asyncio.Task[None]:
