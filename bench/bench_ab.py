@@ -33,11 +33,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import bench_service as svc
+import load_client
+import loopback
 from context_assembly_client import testing
 from context_assembly_client.testing import ServedProcess
 
-ROOT = svc.HERE.parent
+ROOT = loopback.HERE.parent
 REQUESTS = {1: 100, 16: 480}  # prepares per service per round, by concurrency
 
 
@@ -94,7 +95,7 @@ def main() -> None:
     base_tree: Path | None = None
     try:
         base_tree = worktree(args.base, folder)
-        contributors, config = svc.start_contributors(folder)
+        contributors, config = loopback.start_contributors(folder)
         procs += contributors
         services = [
             start_service("A", base_tree / "service", config, folder),
@@ -103,21 +104,25 @@ def main() -> None:
         ]
         procs += [service.process for service in services]
         orders = list(itertools.permutations(services))
-        body = svc.fanout_request(8) if args.workload == "fanout" else svc.inline_request()
+        body = (
+            loopback.fanout_request(8) if args.workload == "fanout" else loopback.inline_request()
+        )
         for service in services:  # connections, caches
-            svc.run(svc.load(service.url, body, 16, 480))
-            svc.run(svc.load(service.url, body, 1, 50))
+            load_client.run(load_client.load(service.url, body, 16, 480))
+            load_client.run(load_client.load(service.url, body, 1, 50))
         for level in levels:
             total = REQUESTS[level]
             for round_ in range(args.rounds):
                 order = orders[round_ % len(orders)]
                 for service in order:
-                    before = svc.cpu_seconds(service.process.pid)
-                    latencies, errors = svc.run(svc.load(service.url, body, level, total))
+                    before = load_client.cpu_seconds(service.process.pid)
+                    latencies, errors = load_client.run(
+                        load_client.load(service.url, body, level, total)
+                    )
                     if errors:
                         raise RuntimeError(f"{service.name}: {errors} failed prepares")
-                    cpu_ms = (svc.cpu_seconds(service.process.pid) - before) / total * 1000
-                    service.p50.setdefault(level, []).append(svc.pct(latencies, 0.5))
+                    cpu_ms = (load_client.cpu_seconds(service.process.pid) - before) / total * 1000
+                    service.p50.setdefault(level, []).append(load_client.pct(latencies, 0.5))
                     service.cpu.setdefault(level, []).append(cpu_ms)
             a, a2, b = services
             print(

@@ -34,8 +34,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_inprocess import p50 as app_p50
-from bench_service import inline_request
 from figures import report
+from loopback import inline_request
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings

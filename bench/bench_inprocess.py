@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_service import inline_request
+from loopback import inline_request
 
 from context_assembly.api.app import create_app
 from context_assembly.config import load_settings

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import orjson
 import redis
-from bench_service import load, pct, run, start_loopback_contributor
 from context_assembly_client.testing import start_service
+from load_client import load, pct, run
+from loopback import start_loopback_contributor
 
 REQUESTS = {1: 150, 16: 600, 64: 900}
 

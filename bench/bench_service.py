@@ -32,8 +32,8 @@
    the service's own contributor client.
 5. The documented scale-out: the same fan-out at c=16 through ``--workers 2`` on the Redis store
    (127.0.0.1:6379), after a warm-up: errors and p99.
-6. The load client (``load``) is lean, as wrk was in the baseline's HTTP figures
-   : keep-alive connections, each request written from bytes prepared once,
+6. The load client (``load``, bench/load_client.py) is lean, as wrk was in the baseline's HTTP
+   figures: keep-alive connections, each request written from bytes prepared once,
    its answer framed by httptools, on uvloop, like every process here. The inline and c=1
    figures are also printed through an aiohttp session (``load_aiohttp``), whose own CPU is in
    its latencies. Every client of this process, the floors' too, runs on uvloop.
@@ -51,260 +51,17 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import aiohttp
-import httptools
 import orjson
 import redis
-import uvloop
-from context_assembly_client.testing import (
-    ServedProcess,
-    Step,
-    start_app,
-    start_contributor,
-    start_service,
-)
+from context_assembly_client.testing import ServedProcess, start_service
 from figures import report
+from load_client import cpu_seconds, load, load_aiohttp, machine_busy_seconds, pct, run
+from loopback import fanout_request, inline_request, registrations, start_contributors, start_echo
 
-HERE = Path(__file__).resolve().parent
 REDIS_URL = "redis://127.0.0.1:6379/13"  # the scale-out's store (bench_load.py's database)
-T = TypeVar("T")
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on uvloop, as the service and the contributors run (and as the baseline ran
-    its fan-out client)."""
-    return uvloop.run(coro)
-
-
-BLOCKS = [
-    {"id": f"{{source}}-{i}", "text": f"fact {i} from {{source}} " * 8, "priority": i}
-    for i in range(4)
-]
-"""The loopback contributors' answer: four blocks named after the packet's source."""
-
-
-def start_loopback_contributor(delay_ms: int) -> ServedProcess:
-    """A loopback contributor: the scripted double (``context_assembly_client.testing``) in a
-    process of its own on uvloop, answering every call after ``delay_ms`` with ``BLOCKS``."""
-    return start_contributor(default=Step(delay=delay_ms / 1000, blocks=BLOCKS), uvloop=True)
-
-
-def start_contributors(folder: Path, n: int = 8) -> tuple[list[ServedProcess], Path]:
-    """``n`` loopback contributors (each its own process) answering in 20 ms and the service's
-    TOML in ``folder`` registering them as ``c0``.., with its SQLite file there too."""
-    procs: list[ServedProcess] = []
-    try:
-        for _ in range(n):
-            procs.append(start_loopback_contributor(20))
-    except BaseException:
-        for proc in procs:
-            proc.stop()  # the caller never saw them
-        raise
-    config = folder / "bench.toml"
-    store = ["[store]", f'path = "{folder / "bench.db"}"']
-    config.write_text("\n".join([*store, *registrations([proc.port for proc in procs])]))
-    return procs, config
-
-
-def start_echo(folder: Path) -> ServedProcess:
-    """The FastAPI echo (bench/echo_app.py) under uvicorn on uvloop and httptools, its SQLite
-    file in ``folder``."""
-    return start_app(
-        "echo_app:app", "--loop", "uvloop", "--http", "httptools", app_dir=HERE,
-        env={"ECHO_DB": str(folder / "echo.db")},
-    )  # fmt: skip
-
-
-def registrations(ports: list[int]) -> list[str]:
-    """TOML lines registering the contributors on ``ports`` as ``c0``..."""
-    lines = [""]
-    for i, port in enumerate(ports):
-        lines += [f"[contributors.c{i}]", f'url = "http://127.0.0.1:{port}/c{i}"', ""]
-    return lines
-
-
-def inline_request(turn: int | None = None) -> bytes:
-    """The 128-block inline prepare; with ``turn``, entry 0 names that turn, so each turn has a
-    block whose count is not cached yet."""
-    blocks = [
-        {
-            "id": f"entry-{i}",
-            "text": f"Entry {i}: the export job for account {i} finished; details follow. " * 2,
-            "priority": (i * 37) % 200 - 100,
-            "dependencies": [f"memory/entry-{i - 1}"] if i % 5 else [],
-        }
-        for i in range(128)
-    ]
-    if turn is not None:
-        blocks[0]["text"] = f"Turn {turn}: a new entry arrived. " + str(blocks[0]["text"])
-    body = {
-        "model": "gpt-4o-mini",
-        "instructions": "Be exact.",
-        "assembly": {"max_data_tokens": 8000, "layout": "stable-prefix"},
-        "plugins": [{"name": "memory", "instructions": "Saved entries."}],
-        "contributions": [{"source": "memory", "revision": 1, "blocks": blocks}],
-        "input": [{"role": "user", "content": "What finished?"}],
-    }
-    return orjson.dumps(body)
-
-
-def fanout_request(n: int) -> bytes:
-    names = [f"c{i}" for i in range(n)]
-    return orjson.dumps(
-        {
-            "model": "gpt-4o-mini",
-            "instructions": "Be exact.",
-            "assembly": {"max_data_tokens": 4000, "timeout_ms": 2000},
-            "plugins": [{"name": name} for name in names],
-            "contributors": [{"source": name, "endpoint": name} for name in names],
-            "input": [{"role": "user", "content": "What finished?"}],
-        }
-    )
-
-
-class _Exchange(asyncio.Protocol):
-    """One keep-alive connection of the load client: writes a prepared request, parses the answer
-    with httptools (the framing the service's own contributor client trusts) and resolves
-    ``answered`` with the status once the whole body is in."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.answered: asyncio.Future[int] | None = None
-        self.keep_alive = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as err:
-            self._fail(ConnectionError(f"unparseable answer: {err}"))
-
-    def on_message_complete(self) -> None:
-        # Read here: the parser resets its flags once the message is complete.
-        self.keep_alive = self.parser.should_keep_alive()
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_result(self.parser.get_status_code())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(ConnectionError("connection closed"))
-
-    def _fail(self, err: Exception) -> None:
-        if self.answered is not None and not self.answered.done():
-            self.answered.set_exception(err)
-
-
-async def load(
-    url: str, body: bytes | list[bytes], concurrency: int, total: int, *, settle: bool = False
-) -> tuple[list[float], int]:
-    """``total`` POSTs of ``body`` (or of each of ``body`` in turn) from ``concurrency`` workers,
-    each on its own keep-alive connection; a non-200 answer, a closed connection or 30 s without
-    an answer counts as an error (and the next request opens a new connection). With ``settle``
-    each worker's first request, sent in step with the others', is sent on top of ``total`` and
-    its latency not counted (its errors are), as the floors' first fan-out of each loop.
-
-    The load client is lean on purpose, as wrk is: each
-    request is written from bytes prepared once and its answer framed by httptools, on uvloop.
-    aiohttp as the load client adds its own CPU to every latency (0.56–1.02 ms at c=1 on the
-    project machine on asyncio's own loop, a median 0.55 ms on uvloop: ``load_aiohttp``, printed
-    beside this client's figures), which is the client's time, not the service's; at c=16 it also
-    takes CPU from the service on the shared cores.
-    """
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    head = (
-        f"POST {parts.path} HTTP/1.1\r\nhost: {host}:{port}\r\ncontent-type: application/json\r\n"
-    )
-    bodies = body if isinstance(body, list) else [body]
-    requests = [f"{head}content-length: {len(b)}\r\n\r\n".encode() + b for b in bodies]
-    loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    errors = 0
-    remaining = total
-    connections = 0
-
-    async def worker() -> None:
-        nonlocal remaining, errors, connections
-        conn: _Exchange | None = None
-        first = settle
-        try:
-            while remaining > 0 or first:
-                if not first:
-                    remaining -= 1
-                request = requests[remaining % len(requests)]
-                started = time.perf_counter()
-                try:
-                    if conn is None or conn.transport is None or conn.transport.is_closing():
-                        _, conn = await loop.create_connection(_Exchange, host, port)
-                        connections += 1
-                    assert conn.transport is not None
-                    conn.answered = loop.create_future()
-                    conn.transport.write(request)
-                    async with asyncio.timeout(30):
-                        status = await conn.answered
-                    if status != 200:
-                        errors += 1
-                    if not conn.keep_alive:
-                        conn.transport.close()
-                        conn = None
-                except (OSError, TimeoutError):
-                    errors += 1  # a failed request is an error, not a crash of the benchmark
-                    if conn is not None and conn.transport is not None:
-                        conn.transport.close()
-                    conn = None
-                if not first:
-                    latencies.append(time.perf_counter() - started)
-                first = False
-        finally:
-            if conn is not None and conn.transport is not None:
-                conn.transport.close()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    if connections > concurrency + errors:  # each worker's one, and one after each failure
-        raise RuntimeError(f"the load client opened {connections} connections: keep-alive failed")
-    return latencies, errors
-
-
-async def load_aiohttp(
-    url: str, body: bytes | list[bytes], concurrency: int, total: int
-) -> tuple[list[float], int]:
-    """``load`` through an aiohttp session (a common load client), for comparison."""
-    bodies = body if isinstance(body, list) else [body]
-    latencies: list[float] = []
-    errors = 0
-    remaining = total
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def worker() -> None:
-            nonlocal remaining, errors
-            while remaining > 0:
-                remaining -= 1
-                payload = bodies[remaining % len(bodies)]
-                started = time.perf_counter()
-                try:
-                    async with session.post(
-                        url,
-                        data=payload,
-                        headers={"content-type": "application/json"},
-                        timeout=aiohttp.ClientTimeout(total=30),
-                    ) as resp:
-                        await resp.read()
-                        if resp.status != 200:
-                            errors += 1
-                except (aiohttp.ClientError, TimeoutError):
-                    errors += 1
-                latencies.append(time.perf_counter() - started)
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, errors
 
 
 async def floor_fanouts(
@@ -370,30 +127,6 @@ async def floor_fanouts(
         await session.close()
         await client.aclose()
     return latencies, cpu / (total + concurrency)
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time the process ``pid`` has used so far, all its threads (Linux schedstat, ns)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
-
-
-def machine_busy_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine since boot, all cores (/proc/stat, Linux)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    hz = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields) - idle) / hz, sum(fields) / hz
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))] * 1000
 
 
 def main() -> None:

@@ -34,7 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench_service as svc
+import load_client
+import loopback
 from context_assembly_client.testing import ServedProcess
 
 # (module, owner attribute or "", function name): the synchronous steps of one prepare.
@@ -111,10 +112,10 @@ def run(n16: int, n1: int) -> None:
     procs: list[ServedProcess] = []
     folder = Path(tempfile.mkdtemp(prefix="ca-stages-"))
     try:
-        contributors, config = svc.start_contributors(folder)
+        contributors, config = loopback.start_contributors(folder)
         procs += contributors
         print(f"timer cost ~{timer_overhead_us():.2f} µs per timed call (included below)")
-        body = svc.fanout_request(8)
+        body = loopback.fanout_request(8)
         for concurrency, total in ((16, n16), (1, n1)):
             out = folder / f"stages-{concurrency}.json"
             service = ServedProcess(
@@ -124,17 +125,17 @@ def run(n16: int, n1: int) -> None:
             )  # fmt: skip
             url = f"{service.url}/v1/prepare"
             try:
-                svc.run(svc.load(url, body, 16, 480))  # connections, caches
+                load_client.run(load_client.load(url, body, 16, 480))  # connections, caches
                 service.proc.send_signal(signal.SIGUSR1)
                 time.sleep(0.2)
-                before = svc.cpu_seconds(service.pid)
-                latencies, errors = svc.run(svc.load(url, body, concurrency, total))
-                cpu_us = (svc.cpu_seconds(service.pid) - before) / len(latencies) * 1e6
+                before = load_client.cpu_seconds(service.pid)
+                latencies, errors = load_client.run(load_client.load(url, body, concurrency, total))
+                cpu_us = (load_client.cpu_seconds(service.pid) - before) / len(latencies) * 1e6
             finally:
                 service.stop()
             tallies = json.loads(out.read_text())
             print(
-                f"c={concurrency}: {total} prepares, p50 {svc.pct(latencies, 0.5):.2f} ms,"
+                f"c={concurrency}: {total} prepares, p50 {load_client.pct(latencies, 0.5):.2f} ms,"
                 f" errors {errors}, service CPU {cpu_us:.0f} µs per prepare"
             )
             print(f"  {'stage':34s} {'µs/call':>8s} {'calls':>6s} {'µs/prep':>8s} {'share':>6s}")

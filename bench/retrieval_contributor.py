@@ -1,6 +1,6 @@
 """The retrieval source of bench_conversation.py as a signed webhook contributor.
 
-Every call answers 8 fresh ~150-token passages (``bench_conversation.passages``), drawn from the
+Every call answers 8 fresh ~150-token passages (``agent_conversation.passages``), drawn from the
 packet's input and scope: a new turn gets new passages, the same turn the same ones. Built with
 the Python client's ``make_contributor_app`` (it verifies the service's signature with the secret
 in ``RETRIEVAL_SECRET``); served by uvicorn on loopback: ``uvicorn retrieval_contributor:app``.
@@ -13,7 +13,7 @@ import os
 import random
 from typing import Any
 
-from bench_conversation import passages
+from agent_conversation import passages
 from context_assembly_client.contributor import ContributePacket, make_contributor_app
 
 

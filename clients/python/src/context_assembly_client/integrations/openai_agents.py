@@ -15,8 +15,9 @@ provider (:meth:`ContextAssemblyInputFilter.model_provider`); for a ``Model`` ob
 it (:meth:`ContextAssemblyInputFilter.model`). The adapter itself is the run's
 ``call_model_input_filter``: it passes the input through unchanged and hands the run's context
 object to the wrapped model, for ``contributions``. :meth:`ContextAssemblyInputFilter.run_config`
-makes a ``RunConfig`` with both. This module only maps between the SDK's types and the neutral
-shape around the loop of :mod:`.preparer`:
+makes a ``RunConfig`` with both. This module holds the filter, the model wrapper and its
+provider; the mapping between the SDK's types and the neutral shape around the loop of
+:mod:`.preparer` is :mod:`.openai_agents_items`'s:
 
 - **In.** The model is the name the provider was asked for, else the wrapped model's ``model``
   (``OpenAIResponsesModel.model``, ``OpenAIChatCompletionsModel.model``), unless the template
@@ -70,7 +71,6 @@ from functools import partial
 from typing import Any
 
 from agents import (
-    FunctionTool,
     Handoff,
     Model,
     ModelProvider,
@@ -90,18 +90,19 @@ from agents.tracing import get_current_trace
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 from context_assembly_client import AsyncClient, Client
+from context_assembly_client.integrations.openai_agents_items import (
+    AgentsCall,
+    call_of,
+    items_of,
+    prepared_call,
+)
 from context_assembly_client.integrations.preparer import (
     DEFAULT_DEADLINE,
-    AdapterStats,
-    Carried,
     Contributions,
-    NativeApi,
     Prepared,
     PreparerAdapter,
-    RuntimeCall,
     normalized_usage,
     text_of,
-    with_native,
 )
 from context_assembly_client.types import CompactionReport, PrepareResponse
 
@@ -109,8 +110,6 @@ __all__ = ["ContextAssemblyInputFilter", "ContextAssemblyModel", "ContextAssembl
 
 logger = logging.getLogger("context_assembly_client.integrations")
 
-_MESSAGE_ROLES = frozenset({"user", "system", "developer", "assistant"})
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _OPENAI_MODELS = (OpenAIResponsesModel, OpenAIChatCompletionsModel)
 
 
@@ -126,17 +125,6 @@ class _Slot:
 _current: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
     "context_assembly_agents_call", default=None
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """What the SDK hands a model, as far as the adapter changes it."""
-
-    instructions: str | None
-    input: list[TResponseInputItem]
-    settings: ModelSettings
-    tools: list[Tool]
-    handoffs: list[Handoff[Any, Any]]
 
 
 class ContextAssemblyInputFilter(PreparerAdapter):
@@ -238,9 +226,9 @@ class ContextAssemblyInputFilter(PreparerAdapter):
         summary = compaction.summary if compaction is not None else None
         if compaction is None or summary is None or compaction.folded_messages <= 0:
             return list(items)
-        call = _Call(None, list(items), ModelSettings(), [], [])
+        call = AgentsCall(None, list(items), ModelSettings(), [], [])
         start = compaction.folded_from
-        messages = _call_of(call, "", None).messages[: start + compaction.folded_messages]
+        messages = call_of(call, "", None).messages[: start + compaction.folded_messages]
         if len(messages) < start + compaction.folded_messages:
             return list(items)
         before = sum(len(message.origin) for message in messages[:start])
@@ -298,19 +286,19 @@ class ContextAssemblyModel(Model):
         return self.wrapped.get_retry_advice(request)
 
     async def _prepare(
-        self, call: _Call, conversation_id: str | None
-    ) -> tuple[_Call, Prepared] | None:
+        self, call: AgentsCall, conversation_id: str | None
+    ) -> tuple[AgentsCall, Prepared] | None:
         slot = _current.get()
         if slot is not None:
             slot.used = True
         openai = isinstance(self.wrapped, _OPENAI_MODELS)
         responses = isinstance(self.wrapped, OpenAIResponsesModel)
         return await self.adapter.preparer.arun(
-            lambda: _call_of(
+            lambda: call_of(
                 call, model_name(self.wrapped, self.name), _thread(conversation_id), responses
             ),
             slot.context if slot is not None else None,
-            lambda prepared: _apply(call, prepared, self.adapter.stats, openai),
+            lambda prepared: prepared_call(call, prepared, self.adapter.stats, openai),
         )
 
     async def get_response(
@@ -327,7 +315,7 @@ class ContextAssemblyModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> ModelResponse:
-        call = _Call(system_instructions, _items(input), model_settings, tools, handoffs)
+        call = AgentsCall(system_instructions, items_of(input), model_settings, tools, handoffs)
         outcome = await self._prepare(call, conversation_id)
         sent = call if outcome is None else outcome[0]
         response = await self.wrapped.get_response(
@@ -363,7 +351,7 @@ class ContextAssemblyModel(Model):
         conversation_id: str | None,
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
-        call = _Call(system_instructions, _items(input), model_settings, tools, handoffs)
+        call = AgentsCall(system_instructions, items_of(input), model_settings, tools, handoffs)
         outcome = await self._prepare(call, conversation_id)
         sent = call if outcome is None else outcome[0]
         stream = self.wrapped.stream_response(
@@ -429,197 +417,3 @@ def _thread(conversation_id: str | None) -> str | None:
         return conversation_id
     group = getattr(get_current_trace(), "group_id", None)
     return group if isinstance(group, str) and group else None
-
-
-def _items(input: str | list[TResponseInputItem]) -> list[TResponseInputItem]:
-    if isinstance(input, str):
-        return [{"role": "user", "content": input}]
-    return list(input)
-
-
-# --------------------------------------------------------------------------- call -> neutral
-
-
-def _call_of(
-    call: _Call, model: str, conversation: str | None, responses: bool = False
-) -> RuntimeCall:
-    messages: list[Carried] = []
-    group: tuple[dict[str, Any], list[Any]] | None = None  # the open assistant message
-
-    def close() -> None:
-        nonlocal group
-        if group is not None:
-            messages.append(Carried(group[0], tuple(group[1])))
-            group = None
-
-    def assistant(item: Any) -> dict[str, Any]:
-        nonlocal group
-        if group is None:
-            group = ({"role": "assistant", "content": []}, [])
-        group[1].append(item)
-        return group[0]
-
-    for item in call.input:
-        kind = _get(item, "type")
-        role = _get(item, "role")
-        if role in _MESSAGE_ROLES and kind in (None, "message"):
-            if role == "assistant":
-                close()
-                assistant(item)["content"].extend(_parts(_get(item, "content")))
-                continue
-            close()
-            messages.append(
-                Carried({"role": role, "content": _content(_get(item, "content"))}, (item,))
-            )
-        elif kind == "function_call":
-            neutral = assistant(item)
-            neutral.setdefault("tool_calls", []).append(
-                {
-                    "id": _get(item, "call_id") or "",
-                    "name": _get(item, "name") or "",
-                    "arguments": _get(item, "arguments") or "",
-                }
-            )
-        elif isinstance(kind, str) and kind.endswith("_output"):
-            close()
-            output = _get(item, "output")
-            content = output if isinstance(output, str) else _parts(output)
-            neutral = {
-                "role": "tool",
-                "tool_call_id": _get(item, "call_id") or "",
-                "content": content,
-            }
-            messages.append(Carried(neutral, (item,)))
-        elif kind == "compaction":  # the provider's own: it stands for everything before it
-            close()
-            item_of = {
-                "type": kind,
-                "id": _get(item, "id"),
-                "encrypted_content": _get(item, "encrypted_content"),
-            }
-            native = {"type": "native", "format": "openai-responses", "item": item_of}
-            messages.append(Carried({"role": "assistant", "content": [native]}, (item,)))
-        elif kind == "reasoning":
-            summary = _get(item, "summary") or []
-            text = "\n".join(str(_get(s, "text") or "") for s in summary)
-            assistant(item)["content"].append({"type": "opaque", "kind": "reasoning", "text": text})
-        else:
-            assistant(item)["content"].append({"type": "opaque", "kind": str(kind)})
-    close()
-    tools: list[Carried] = []
-    names: set[str] = set()
-    for tool in call.tools:
-        neutral = _tool(tool)
-        if neutral["name"] not in names:
-            names.add(neutral["name"])
-            tools.append(Carried(neutral, tool))
-    for handoff in call.handoffs:
-        if handoff.tool_name not in names:
-            names.add(handoff.tool_name)
-            neutral = {
-                "name": handoff.tool_name,
-                "description": handoff.tool_description or "",
-                "parameters": handoff.input_json_schema or {},
-            }
-            tools.append(Carried(neutral, handoff))
-    api: NativeApi | None = "openai-responses" if responses else None
-    return RuntimeCall(call.instructions or "", messages, tools, model, conversation, api)
-
-
-def _tool(tool: Tool) -> dict[str, Any]:
-    """A function tool (an MCP server's tool included) with its schema; a hosted tool by name."""
-    if isinstance(tool, FunctionTool):
-        return {
-            "name": tool.name,
-            "description": tool.description or "",
-            "parameters": tool.params_json_schema,
-        }
-    return {"name": str(getattr(tool, "name", None) or type(tool).__name__)}
-
-
-def _get(item: Any, key: str) -> Any:
-    return item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
-
-
-def _content(content: Any) -> str | list[dict[str, Any]]:
-    return content if isinstance(content, str) else _parts(content)
-
-
-def _parts(content: Any) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    parts: list[dict[str, Any]] = []
-    for part in content if isinstance(content, Sequence) else [content]:
-        kind = _get(part, "type")
-        if kind in _TEXT_PARTS and isinstance(_get(part, "text"), str):
-            parts.append({"type": "text", "text": _get(part, "text")})
-        elif kind == "input_image":
-            parts.append({"type": "image"})
-        elif kind == "input_file":
-            parts.append({"type": "file"})
-        elif kind == "refusal":
-            parts.append(
-                {"type": "opaque", "kind": "refusal", "text": str(_get(part, "refusal") or "")}
-            )
-        else:
-            parts.append({"type": "opaque", "kind": str(kind)})
-    return parts
-
-
-# --------------------------------------------------------------------------- frame -> call
-
-
-def _with_output(item: Any, text: str) -> Any:
-    """A ``function_call_output`` item with the service's text as its output (a cleared result)."""
-    if isinstance(item, Mapping):
-        return {**item, "output": text}
-    return item.model_copy(update={"output": text})
-
-
-def _apply(call: _Call, prepared: Prepared, stats: AdapterStats, openai: bool) -> _Call:
-    instructions = call.instructions
-    items: list[Any] = []
-    for message in prepared.messages:
-        if message.origin is not None and message.rewritten:
-            items.extend(_with_output(item, message.neutral["content"]) for item in message.origin)
-            continue
-        if message.origin is not None:
-            items.extend(message.origin)
-            continue
-        role, text = message.neutral["role"], message.neutral["content"]
-        if message.index == 0 and role == "system":
-            instructions = call.instructions if text == (call.instructions or "") else text
-        elif role == "user" or openai:
-            items.append({"role": role, "content": text})
-        else:  # no developer role outside OpenAI: a user turn with the renders' marker line
-            items.append({"role": "user", "content": f"[{role} instructions]\n{text}"})
-    if prepared.breakpoints:
-        stats.add("cache_markers_skipped", len(prepared.breakpoints))
-    changes: dict[str, Any] = {}
-    limit = prepared.limit_within(call.settings.max_tokens)
-    if limit is not None:
-        changes["max_tokens"] = limit
-    if openai and prepared.prompt_cache_key is not None:
-        changes["extra_args"] = {"prompt_cache_key": prepared.prompt_cache_key}
-    if openai and prepared.prompt_cache_retention is not None:
-        changes["prompt_cache_retention"] = prepared.prompt_cache_retention
-    if prepared.native is not None:  # only for OpenAIResponsesModel (RuntimeCall)
-        body = (
-            dict(call.settings.extra_body or {})
-            if isinstance(call.settings.extra_body, Mapping)
-            else {}
-        )
-        current = body.get("context_management")
-        body["context_management"] = with_native(prepared.native, "openai-responses", current)
-        changes["extra_body"] = body
-    tools = [tool for tool in prepared.tools if not isinstance(tool, Handoff)]
-    handoffs = [tool for tool in prepared.tools if isinstance(tool, Handoff)]
-    return _Call(
-        instructions or None,
-        items,
-        call.settings.resolve(changes) if changes else call.settings,
-        tools,
-        handoffs,
-    )

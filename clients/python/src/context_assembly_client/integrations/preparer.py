@@ -1,47 +1,40 @@
 """The loop every runtime adapter runs around one model call, in one place.
 
 A runtime adapter (LangChain, Pydantic AI, the OpenAI Agents SDK) only maps between its runtime's
-types and the service's neutral shape; everything else happens here:
+types and the service's neutral shape; everything else happens here, in :class:`Preparer` (and
+:class:`PreparerAdapter`, what every adapter shares around it), with the modules it draws on:
 
 1. **The request.** The runtime's call, as neutral messages and tools (:class:`RuntimeCall`),
    becomes a prepare request: the system prompt is ``instructions``, the tool definitions are
-   ``tools``, and the messages are split into ``history`` and ``input`` by :func:`split_turn`:
-   ``input`` is the latest user turn (the run of consecutive user messages that holds the last
-   one) and every message after it, tool calls and their results included; ``history`` is
-   everything before it. A call without any user message is all ``input``. The rest of the
-   request (budgets, plugins, registered contributors, ``assembly``, ``cache``, ``scope``) is the
-   application's ``template``; inline blocks come from its ``contributions`` callable, after the
-   template's own. ``render`` is always ``"neutral"``. ``model`` is the model the runtime is
-   about to call (:attr:`RuntimeCall.model`, the runtime's name for it) unless the template names
-   one (or ``models``); ``assembly.layout`` is ``"transcript"`` unless the template names one;
-   ``scope`` is ``{"task_id": <the runtime's conversation id>}`` when the template has none and
-   the runtime offers one (:attr:`RuntimeCall.conversation`).
+   ``tools``, and the messages are split into ``history`` and ``input`` by :func:`split_turn`
+   (:mod:`.frames`). The rest of the request (budgets, plugins, registered contributors,
+   ``assembly``, ``cache``, ``scope``) is the application's ``template``; inline blocks come from
+   its ``contributions`` callable, after the template's own. ``render`` is always
+   ``"neutral"``. ``model`` is the model the runtime is about to call (:attr:`RuntimeCall.model`,
+   the runtime's name for it) unless the template names one (or ``models``);
+   ``assembly.layout`` is ``"transcript"`` unless the template names one; ``scope`` is
+   ``{"task_id": <the runtime's conversation id>}`` when the template has none and the runtime
+   offers one (:attr:`RuntimeCall.conversation`).
 2. **Prepare** with the public client API (:meth:`Client.prepare` / :meth:`AsyncClient.prepare`)
    under the adapter's deadline (``timeout`` seconds: the whole call on the async path, each phase
    of it on the sync path, where nothing can interrupt a blocking read).
-3. **The frame, aligned** (:func:`align`): each frame message is matched, in order, with the
-   neutral message the adapter sent, so that the runtime gets its own objects back (images,
-   files, reasoning blocks, ids and metadata included); the messages the service added (leading
-   system message, per-turn developer messages, data messages, earlier turns' ones included in a
-   ``transcript``) are marked as such for the adapter to build in its runtime's types. The
-   history the service dropped under ``history_policy: drop_oldest`` is the only thing missing,
-   as ``budget.history_dropped_messages`` says. Tools come back as the runtime's tool objects in
-   frame order, the cache plan of ``selection.cache`` as :class:`Breakpoint` values and the
-   OpenAI ``prompt_cache_key`` / ``prompt_cache_retention``, and the output limit the budget
-   reserved (``response_reserve`` plus ``reasoning_reserve_tokens``, at most the model's maximum
-   output of ``GET /v1/models``) as :attr:`Prepared.output_limit`.
+3. **The frame, aligned** (:func:`align`, :mod:`.frames`): the frame's messages matched with the
+   runtime's own objects, the messages the service added marked as such. Tools come back as the
+   runtime's tool objects in frame order; the cache plan of ``selection.cache`` as
+   :class:`Breakpoint` values and the OpenAI ``prompt_cache_key`` / ``prompt_cache_retention``,
+   and the output limit the budget reserved (at most the model's maximum output of
+   ``GET /v1/models``) as :attr:`Prepared.output_limit` (:mod:`.call_settings`).
 4. **Compaction** (docs/integrations.md#compaction). Every answer's ``selection.compaction`` is
    :attr:`Preparer.last_compaction` and goes to ``on_compaction`` when it decided to act.
    ``assembly.compaction.mode: "native"`` needs a provider render, which an adapter cannot ask
    for: the adapter asks the service to decide as in ``report`` and writes the provider's own
-   directive (:func:`native_directive`) into the call for a model class that carries it
-   (:attr:`RuntimeCall.native_compaction`); for any other class it warns once and counts
-   ``stats.native_compaction_skipped``. The history the service leaves out (before a provider's
-   compaction item, folded into a summary) and the tool results it clears are matched by
-   :func:`align` like dropped history and rewritten messages.
-5. **Usage** (:meth:`Preparer.report_usage`) goes to the service from one daemon thread with a
-   client of its own (``REPORT_TIMEOUT`` seconds per phase, no retry), out of a queue of at most
-   ``REPORT_QUEUE`` reports (a full queue drops its oldest report, counted in
+   directive (:func:`native_directive`, :mod:`.call_settings`) into the call for a model class
+   that carries it (:attr:`RuntimeCall.native_compaction`); for any other class it warns once and
+   counts ``stats.native_compaction_skipped``. The history the service leaves out (before a
+   provider's compaction item, folded into a summary) and the tool results it clears are matched
+   by :func:`align` like dropped history and rewritten messages.
+5. **Usage** (:meth:`Preparer.report_usage`) goes to the service in the background, from a
+   bounded queue (:mod:`.usage_reports`; a full queue's dropped reports are counted in
    ``stats.usage_reports_dropped``): it never delays or fails the agent's answer and never keeps
    the process alive. :meth:`Preparer.flush` waits for the queue; :meth:`Preparer.close` waits at
    most ``CLOSE_WAIT`` seconds, and the interpreter's exit at most ``EXIT_WAIT`` seconds. A failed
@@ -57,27 +50,61 @@ types and the service's neutral shape; everything else happens here:
    own ``contributions`` callable are never caught.
 
 Logs carry ids, counts, statuses, error classes and code locations, never texts.
+
+The names the adapters use from :mod:`.frames`, :mod:`.call_settings`, :mod:`.outcomes` and
+:mod:`.usage_reports` are importable from here too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import inspect
 import logging
 import threading
-import time
-import traceback
 import uuid
-import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import anyio
 
 from context_assembly_client import APIStatusError, AsyncClient, Client, ContextAssemblyError
+from context_assembly_client.integrations.call_settings import (
+    Breakpoint,
+    ModelMaxima,
+    NativeApi,
+    cache_control,
+    cache_plan,
+    native_directive,
+    with_native,
+)
+from context_assembly_client.integrations.frames import (
+    Carried,
+    FrameMessage,
+    IntegrationError,
+    Prepared,
+    RuntimeCall,
+    align,
+    history_skipped,
+    is_compaction_item,
+    split_turn,
+    text_of,
+)
+from context_assembly_client.integrations.outcomes import (
+    AdapterStats,
+    is_mapping_bug,
+    status_note,
+    where,
+)
+from context_assembly_client.integrations.usage_reports import (
+    CLOSE_WAIT,
+    EXIT_WAIT,
+    REPORT_QUEUE,
+    REPORT_TIMEOUT,
+    ReportQueue,
+    UsageReport,
+    normalized_usage,
+    send_report,
+)
 from context_assembly_client.types import (
     CompactionReport,
     ModelList,
@@ -122,38 +149,12 @@ DEFAULT_DEADLINE: Final = 2.0
 own contributor deadline (``assembly.timeout_ms``) defaults to one second; the rest is selection,
 storage and the network."""
 
-REPORT_TIMEOUT: Final = 2.0
-"""Seconds a usage report may take per phase (connect, send, read); reports are not retried."""
-
-REPORT_QUEUE: Final = 256
-"""Usage reports waiting to be sent, at most; a full queue drops its oldest one (counted)."""
-
-CLOSE_WAIT: Final = 5.0
-"""Seconds :meth:`Preparer.close` waits for the queued reports before dropping the rest."""
-
-EXIT_WAIT: Final = 2.0
-"""Seconds the interpreter's exit waits for the queued reports of every adapter."""
-
-_IDLE: Final = 30.0
-"""Seconds the report thread waits for a report before it ends (a later report starts another)."""
-
 DEFAULT_LAYOUT: Final = "transcript"
 """The layout an adapter asks for when the template's ``assembly`` names none."""
 
 RESERVED_KEYS: Final = frozenset({"instructions", "history", "input", "tools"})
 """Request fields the adapter fills from the runtime's call; a template must not set them."""
 
-ADDED_ROLES: Final = frozenset({"system", "developer", "user"})
-"""Roles of the messages the service adds to a frame (leading system, per-turn developer, data)."""
-
-NativeApi: TypeAlias = Literal["anthropic", "openai-responses"]
-"""The provider compactions an adapter can write: those of the service's renders that have one."""
-
-ANTHROPIC_COMPACTION_EDIT: Final = "compact_20260112"
-ANTHROPIC_COMPACTION_BETA: Final = "compact-2026-01-12"
-ANTHROPIC_MIN_THRESHOLD: Final = 50_000
-"""Anthropic's compaction edit, the beta it needs and its least trigger, as the service's
-``anthropic`` render writes them (docs/compaction.md#native)."""
 
 ContributionList: TypeAlias = Sequence[Mapping[str, Any]]
 Contributions: TypeAlias = Callable[[Any], ContributionList | Awaitable[ContributionList]]
@@ -162,474 +163,8 @@ resolves to) ``[{source, revision, blocks: [{id, text, ...}]}]``."""
 
 T = TypeVar("T")
 
-
-class IntegrationError(ContextAssemblyError):
-    """The adapter could not map a call or a frame: a message it has no neutral form for, or a
-    frame that does not match what was sent. The call fails open like a service failure."""
-
-
-# --------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, slots=True)
-class Carried:
-    """One neutral message or tool and the runtime object(s) it stands for (``origin``)."""
-
-    neutral: dict[str, Any]
-    origin: Any
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeCall:
-    """A runtime's model call in the service's neutral shape.
-
-    ``model`` is the runtime's name of the model it is about to call (the request's ``model``
-    unless the template names one); ``conversation`` the runtime's id of the conversation, thread
-    or run, when it offers one (the default ``scope``)."""
-
-    instructions: str
-    messages: Sequence[Carried]
-    tools: Sequence[Carried] = ()
-    model: str | None = None
-    conversation: str | None = None
-    native_compaction: NativeApi | None = None
-    """The provider compaction the model's class can carry in its call (``None``: none)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FrameMessage:
-    """One frame message: its ``index`` in the frame, and the runtime object it came from
-    (``origin``), or ``None`` for a message the service added (``neutral`` then says what).
-    ``rewritten``: the service replaced the content of ``origin`` (a cleared tool result): the
-    runtime sends ``neutral["content"]`` in its place."""
-
-    index: int
-    neutral: dict[str, Any]
-    origin: Any | None
-    rewritten: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Breakpoint:
-    """An Anthropic cache marker of the plan: after the last tool (``message`` is ``None``) or at
-    the end of the frame message ``message``."""
-
-    after: Literal["tools", "instructions", "history", "end"]
-    ttl: Literal["5m", "1h"]
-    message: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A prepared call: the service's answer and the frame in terms of the runtime's objects."""
-
-    response: PrepareResponse
-    messages: Sequence[FrameMessage]
-    tools: Sequence[Any]
-    breakpoints: Sequence[Breakpoint] = ()
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    output_limit: int | None = None
-    """The call's output limit: the budget's ``response_reserve`` plus its
-    ``reasoning_reserve_tokens``, at most the model's maximum output (``None``: no reserve)."""
-    compaction: CompactionReport | None = None
-    """The compaction decision as the adapter presents it: ``selection.compaction``, with
-    ``mode: "native"`` and the directive written (``native``) when the template asked for it."""
-    native: NativeDirective | None = None
-    """The provider's compaction to write into the call (``mode: "native"``, a class that has it)."""
-
-    @property
-    def preparation_id(self) -> str:
-        return self.response.preparation_id
-
-    def limit_within(self, *current: Any) -> int | None:
-        """The output limit to set: :attr:`output_limit`, unless one of the ``current`` limits
-        (the application's own settings, ``None`` when unset) is smaller; ``None`` when there is
-        nothing to change."""
-        if self.output_limit is None:
-            return None
-        set_already = [value for value in current if isinstance(value, int) and value > 0]
-        if set_already and min(set_already) <= self.output_limit:
-            return None
-        return self.output_limit
-
-
-@dataclass
-class AdapterStats:
-    """What an adapter did, counted since it was made (read them; the adapter writes them)."""
-
-    prepared: int = 0
-    """Model calls that went out with a frame."""
-    failed_open: int = 0
-    """Model calls that went out unchanged because the preparation failed."""
-    usage_reports: int = 0
-    """Usage reports the service accepted."""
-    usage_report_failures: int = 0
-    """Usage reports that failed (logged, never raised)."""
-    usage_reports_dropped: int = 0
-    """Usage reports never sent: dropped from a full queue, or left when the adapter closed."""
-    cache_markers_skipped: int = 0
-    """Anthropic markers of a plan that the runtime's types, or the model's class, had no place
-    for."""
-    mapping_errors: int = 0
-    """Failures of the adapter's own mapping (logged with where they happened; the call went on
-    unchanged, or its usage was not reported)."""
-    native_compaction_skipped: int = 0
-    """Calls of ``mode: "native"`` whose model class has no place for the provider's compaction:
-    they went out without it (warned once per adapter)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, name: str, count: int = 1) -> None:
-        with self._lock:
-            setattr(self, name, getattr(self, name) + count)
-
-
-# --------------------------------------------------------------------------- pure steps
-
-
-def split_turn(messages: Sequence[Carried]) -> tuple[list[Carried], list[Carried]]:
-    """``(history, input)``: ``input`` starts the latest user turn (see the module doc)."""
-    roles = [message.neutral.get("role") for message in messages]
-    if "user" not in roles:
-        return [], list(messages)
-    start = len(roles) - 1 - roles[::-1].index("user")
-    while start > 0 and roles[start - 1] == "user":
-        start -= 1
-    return list(messages[:start]), list(messages[start:])
-
-
-def _comparable(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message without its unset fields, as the service echoes it."""
-    return {key: value for key, value in message.items() if value is not None}
-
-
-def is_compaction_item(part: Any) -> bool:
-    """Whether a neutral part is a provider's compaction item (``native``, item type
-    ``compaction``)."""
-    return (
-        isinstance(part, Mapping)
-        and part.get("type") == "native"
-        and isinstance(part.get("item"), Mapping)
-        and part["item"].get("type") == "compaction"
-    )
-
-
-def _from_item(message: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``message`` from its latest compaction item on, as the service sends a history message
-    that holds one (the provider ignores what precedes it); ``None`` when nothing is left out."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return None
-    found = [index for index, part in enumerate(content) if is_compaction_item(part)]
-    if not found or found[-1] == 0:
-        return None
-    return _comparable({**message, "content": content[found[-1] :]})
-
-
-def _rewritten(frame: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
-    """Whether ``frame`` is the tool message ``sent`` with its content replaced (cleared)."""
-    return (
-        frame.get("role") == "tool"
-        and sent.get("role") == "tool"
-        and isinstance(frame.get("content"), str)
-        and _comparable({**frame, "content": None}) == _comparable({**sent, "content": None})
-    )
-
-
-def history_skipped(response: PrepareResponse) -> range:
-    """The history messages the frame does not hold: those before a provider's compaction item
-    and those ``history_policy`` dropped (the oldest), or those a summary folded (from
-    ``folded_from``: the summary itself is a message the service added, and the first one
-    ``history_policy`` drops after it).
-
-    Raises:
-        IntegrationError: for a summary after leading system messages together with dropped
-            history, which the adapters do not map back.
-    """
-    report = response.selection.compaction
-    removed = response.budget.history_dropped_messages
-    if report is None:
-        return range(removed)
-    removed += report.provider_item_dropped_messages
-    folded = report.folded_messages
-    if not folded:
-        return range(removed)
-    start = report.folded_from
-    if start and removed:
-        raise IntegrationError(
-            "a summary after leading system messages with history dropped is not mapped back"
-        )
-    return range(start, start + folded + max(removed - 1, 0))
-
-
-def align(
-    frame_messages: Sequence[Mapping[str, Any]],
-    history: Sequence[Carried],
-    inputs: Sequence[Carried],
-    dropped: int | range,
-) -> list[FrameMessage]:
-    """The frame's messages, each with the runtime object it came from (``None``: added).
-
-    The service keeps history (less the ``dropped`` messages: a count of the oldest, or the range
-    :func:`history_skipped` gives)
-    and input in order and only adds system, developer and user messages around them, so one
-    pass in order matches them. A history message that holds a provider's compaction item comes
-    back from that item on (the origin is still the whole runtime object: the provider ignores
-    the rest); a tool result the service cleared comes back ``rewritten``.
-
-    Raises:
-        IntegrationError: when the frame holds another message, or lacks one that was sent.
-    """
-    skipped = range(dropped) if isinstance(dropped, int) else dropped
-    expected = [*history[: skipped.start], *history[skipped.stop :], *inputs]
-    aligned: list[FrameMessage] = []
-    cursor = 0
-    for index, raw in enumerate(frame_messages):
-        message = dict(raw)
-        sent = expected[cursor].neutral if cursor < len(expected) else None
-        if sent is not None and _comparable(message) in (_comparable(sent), _from_item(sent)):
-            aligned.append(FrameMessage(index, message, expected[cursor].origin))
-            cursor += 1
-        elif sent is not None and _rewritten(message, sent):
-            aligned.append(FrameMessage(index, message, expected[cursor].origin, rewritten=True))
-            cursor += 1
-        elif message.get("role") in ADDED_ROLES and isinstance(message.get("content"), str):
-            aligned.append(FrameMessage(index, message, None))
-        else:
-            raise IntegrationError(
-                f"frame message {index} ({message.get('role')}) matches no message that was sent"
-            )
-    if cursor != len(expected):
-        raise IntegrationError(
-            f"the frame lacks {len(expected) - cursor} message(s) that were sent"
-        )
-    return aligned
-
-
-def text_of(content: Any) -> str:
-    """The text of a neutral content (a string, or the text parts of a list)."""
-    if isinstance(content, str):
-        return content
-    return "".join(
-        part.get("text", "")
-        for part in content
-        if isinstance(part, Mapping) and part.get("type") == "text"
-    )
-
-
-def cache_control(ttl: str) -> dict[str, str]:
-    """Anthropic's ``cache_control`` value for a marker of ``ttl``."""
-    return {"type": "ephemeral", "ttl": "1h"} if ttl == "1h" else {"type": "ephemeral"}
-
-
-def normalized_usage(
-    *,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    cached_input_tokens: int | None = None,
-    cache_creation_input_tokens: int | None = None,
-) -> dict[str, int]:
-    """A ``provider="normalized"`` usage object; fields the runtime did not report are left out.
-
-    ``input_tokens`` is every input token the provider processed, cached ones included.
-    """
-    usage = {
-        "provider_input_tokens": input_tokens,
-        "cached_input_tokens": cached_input_tokens,
-        "cache_creation_input_tokens": cache_creation_input_tokens,
-        "output_tokens": output_tokens,
-    }
-    return {key: value for key, value in usage.items() if isinstance(value, int)}
-
-
-def _cache_plan(
-    response: PrepareResponse,
-) -> tuple[list[Breakpoint], str | None, str | None]:
-    cache = response.selection.cache
-    if cache is None:
-        return [], None, None
-    # Anthropic markers only: a ``30m`` breakpoint is OpenAI's ``prompt_cache_breakpoint``
-    # (GPT-5.6 and later), which the runtimes here have no place for.
-    breakpoints = [
-        Breakpoint(point.after, point.ttl, getattr(point, "message", None))
-        for point in cache.breakpoints
-        if point.ttl != "30m"
-    ]
-    key = getattr(cache, "prompt_cache_key", None)
-    retention = getattr(cache, "prompt_cache_retention", None)
-    return breakpoints, key, retention
-
-
-def native_directive(report: CompactionReport, api: NativeApi) -> NativeDirective:
-    """The provider's compaction at the report's trigger, as the service's render for ``api``
-    writes it (Anthropic: at least ``ANTHROPIC_MIN_THRESHOLD``, with its beta)."""
-    if api == "anthropic":
-        threshold = max(report.trigger_tokens, ANTHROPIC_MIN_THRESHOLD)
-        return NativeDirective(
-            parameter="context_management",
-            threshold_tokens=threshold,
-            beta=ANTHROPIC_COMPACTION_BETA,
-        )
-    return NativeDirective(
-        parameter="context_management", threshold_tokens=report.trigger_tokens, beta=None
-    )
-
-
-def with_native(directive: NativeDirective, api: NativeApi, current: Any = None) -> Any:
-    """The call's ``context_management`` with ``directive`` in it: ``current`` (the application's
-    own, kept) plus the provider's compaction entry, unless ``current`` has one already."""
-    if api == "anthropic":
-        edit = {
-            "type": ANTHROPIC_COMPACTION_EDIT,
-            "trigger": {"type": "input_tokens", "value": directive.threshold_tokens},
-        }
-        config = dict(current) if isinstance(current, Mapping) else {}
-        edits = list(config.get("edits") or [])
-        if not any(isinstance(e, Mapping) and e.get("type") == edit["type"] for e in edits):
-            edits.append(edit)
-        return {**config, "edits": edits}
-    entries = list(current) if isinstance(current, list) else []
-    if not any(isinstance(e, Mapping) and e.get("type") == "compaction" for e in entries):
-        entries.append({"type": "compaction", "compact_threshold": directive.threshold_tokens})
-    return entries
-
-
-def _reserve(response: PrepareResponse) -> int | None:
-    budget = response.budget
-    reserve = budget.response_reserve + budget.reasoning_reserve_tokens
-    return reserve if reserve > 0 else None
-
-
-def where(err: BaseException, limit: int = 8) -> str:
-    """Where ``err`` was raised: the innermost ``limit`` frames of its traceback as
-    ``module:line function``, innermost last; never the exception's message."""
-    frames = [
-        f"{frame.f_globals.get('__name__', '?')}:{line} {frame.f_code.co_name}"
-        for frame, line in traceback.walk_tb(err.__traceback__)
-    ]
-    return " < ".join(reversed(frames[-limit:])) or "no traceback"
-
-
-def is_mapping_bug(err: BaseException) -> bool:
-    """An error of the adapter's own mapping, not of the service or the network: a frame that does
-    not match what was sent (:class:`IntegrationError`), or any exception that is neither a client
-    error nor the deadline."""
-    if isinstance(err, IntegrationError):
-        return True
-    return not isinstance(err, ContextAssemblyError | TimeoutError)
-
-
-# --------------------------------------------------------------------------- usage reports
-
-
-@dataclass(frozen=True, slots=True)
-class _Report:
-    preparation_id: str
-    report_id: str
-    provider: Provider
-    usage: dict[str, Any]
-    response_id: str | None
-    diagnostics: dict[str, Any] | None
-
-
-class _ReportQueue:
-    """A bounded queue of usage reports and the one daemon thread that sends them.
-
-    The thread is a daemon: it never keeps the process alive. ``put`` drops the oldest queued
-    report when the queue is full; ``close`` waits a bounded time, then drops what is left; the
-    interpreter's exit waits at most ``EXIT_WAIT`` seconds for every open queue
-    (:func:`_drain_at_exit`)."""
-
-    def __init__(
-        self, send: Callable[[_Report], None], drop: Callable[[int], None], limit: int
-    ) -> None:
-        self._send = send
-        self._drop = drop
-        self._limit = limit
-        self._queue: deque[_Report] = deque()
-        self._cond = threading.Condition()
-        self._busy = False
-        self._thread: threading.Thread | None = None
-
-    def put(self, report: _Report) -> None:
-        dropped = 0
-        with self._cond:
-            while len(self._queue) >= self._limit:
-                self._queue.popleft()
-                dropped += 1
-            self._queue.append(report)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._work, name="context-assembly-usage", daemon=True
-                )
-                self._thread.start()
-                _OPEN_QUEUES.add(self)
-            self._cond.notify_all()
-        if dropped:
-            self._drop(dropped)
-
-    def _work(self) -> None:
-        me = threading.current_thread()
-        while True:
-            with self._cond:
-                if not self._queue and self._thread is me:
-                    self._cond.wait(_IDLE)
-                if self._thread is not me:  # closed: the queue was dropped
-                    return
-                if not self._queue:  # idle: the thread ends, and a later put starts another
-                    self._thread = None
-                    _OPEN_QUEUES.discard(self)
-                    return
-                report = self._queue.popleft()
-                self._busy = True
-            try:
-                self._send(report)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-
-    def pending(self) -> int:
-        with self._cond:
-            return len(self._queue) + int(self._busy)
-
-    def wait(self, timeout: float | None) -> bool:
-        """Wait until every queued report is sent (or failed); ``False`` at ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while self._queue or self._busy:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(remaining)
-        return True
-
-    def close(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` for the queue, then drop what is left and stop the thread (a
-        report under way finishes on its own, within its timeout). A later ``put`` starts over."""
-        done = self.wait(timeout)
-        with self._cond:
-            left = len(self._queue)
-            self._queue.clear()
-            self._thread = None
-            self._cond.notify_all()
-        _OPEN_QUEUES.discard(self)
-        if left:
-            self._drop(left)
-        return done
-
-
-_OPEN_QUEUES: weakref.WeakSet[_ReportQueue] = weakref.WeakSet()
-
-
-def _drain_at_exit() -> None:
-    """At the interpreter's exit: give every open queue at most ``EXIT_WAIT`` seconds in all."""
-    deadline = time.monotonic() + EXIT_WAIT
-    for queue in list(_OPEN_QUEUES):
-        queue.wait(max(0.0, deadline - time.monotonic()))
-
-
-atexit.register(_drain_at_exit)
+_cache_plan = cache_plan
+""":func:`~.call_settings.cache_plan` under the name it had here (the tests import it)."""
 
 
 # --------------------------------------------------------------------------- the loop
@@ -712,9 +247,9 @@ class Preparer:
         self._base_url = given.base_url if given is not None else str(client_or_base_url)
         self._api_key = given.api_key if given is not None else api_key
         self._lock = threading.Lock()
-        self._max_output: dict[str, int | None] | None = None  # registry entry -> maximum
-        self._reports = _ReportQueue(
-            self._send_report,
+        self._maxima = ModelMaxima()
+        self._reports = ReportQueue(
+            lambda report: send_report(self._report_client, report, self.stats),
             lambda count: self.stats.add("usage_reports_dropped", count),
             REPORT_QUEUE,
         )
@@ -764,7 +299,7 @@ class Preparer:
             history, inputs = split_turn(call.messages)
             body = self._body(call, history, inputs, contributed)
             response = self.client().prepare(body, timeout=self.timeout)
-            limit = self._limit(response, lambda: self.client().models(timeout=self.timeout))
+            limit = self._maxima.limit(response, lambda: self.client().models(timeout=self.timeout))
             outcome = self._finish(call, history, inputs, response, apply, limit)
         except Exception as err:
             self._failed(err)
@@ -784,7 +319,7 @@ class Preparer:
             with anyio.fail_after(self.timeout):
                 response = await self.aclient().prepare(body, timeout=self.timeout)
             registry = await self._registry(response)
-            limit = self._limit(response, lambda: registry)
+            limit = self._maxima.limit(response, lambda: registry)
             outcome = self._finish(call, history, inputs, response, apply, limit)
         except Exception as err:
             self._failed(err)
@@ -840,8 +375,7 @@ class Preparer:
     async def _registry(self, response: PrepareResponse) -> ModelList | None:
         """``GET /v1/models`` on the async path, when the model's maximum output is still unknown
         (once per adapter; ``None`` when it is not needed or cannot be read in time)."""
-        entry = response.selection.model_entry
-        if _reserve(response) is None or entry is None or self._max_output is not None:
+        if not self._maxima.needed(response):
             return None
         with anyio.move_on_after(self.timeout):
             try:
@@ -849,28 +383,6 @@ class Preparer:
             except ContextAssemblyError as err:
                 logger.debug("the model registry could not be read (%s)", type(err).__name__)
         return None
-
-    def _limit(
-        self, response: PrepareResponse, registry: Callable[[], ModelList | None]
-    ) -> int | None:
-        """The frame's output limit: the reserve, at most the model's maximum output. The registry
-        is read once per adapter; when it cannot be read, the reserve stands alone."""
-        reserve = _reserve(response)
-        if reserve is None:
-            return None
-        entry = response.selection.model_entry
-        if entry is None:
-            return reserve
-        if self._max_output is None:
-            try:
-                models = registry()
-            except ContextAssemblyError as err:
-                logger.debug("the model registry could not be read (%s)", type(err).__name__)
-                return reserve
-            if models is not None:
-                self._max_output = {info.name: info.max_output_tokens for info in models.models}
-        maximum = (self._max_output or {}).get(entry)
-        return reserve if maximum is None else min(reserve, maximum)
 
     def _finish(
         self,
@@ -888,7 +400,7 @@ class Preparer:
             tools = [by_name[tool["name"]] for tool in frame.get("tools", [])]
         except KeyError:
             raise IntegrationError("the frame names a tool that was not sent") from None
-        breakpoints, key, retention = _cache_plan(response)
+        breakpoints, key, retention = cache_plan(response)
         compaction, native = self._native(call, response.selection.compaction)
         prepared = Prepared(
             response, messages, tools, breakpoints, key, retention, limit, compaction, native
@@ -941,7 +453,7 @@ class Preparer:
         logger.warning(
             "context-assembly: the model call goes on unchanged (prepare failed: %s%s)",
             type(err).__name__,
-            _status_note(err),
+            status_note(err),
         )
 
     # ------------------------------------------------------------------ usage
@@ -970,7 +482,7 @@ class Preparer:
         diagnostics: Mapping[str, Any] | None = None,
     ) -> None:
         """Queue a usage report for the background thread; never raises, never blocks."""
-        report = _Report(
+        report = UsageReport(
             prepared.preparation_id,
             report_id or response_id or f"adapter-{uuid.uuid4().hex}",
             provider,
@@ -979,27 +491,6 @@ class Preparer:
             dict(diagnostics) if diagnostics else None,
         )
         self._reports.put(report)
-
-    def _send_report(self, report: _Report) -> None:
-        try:
-            self._report_client().report_usage(
-                report.preparation_id,
-                report_id=report.report_id,
-                provider=report.provider,
-                usage=report.usage,
-                response_id=report.response_id,
-                diagnostics=report.diagnostics,
-            )
-        except Exception as err:
-            self.stats.add("usage_report_failures")
-            logger.warning(
-                "context-assembly: usage report of %s failed (%s%s)",
-                report.preparation_id,
-                type(err).__name__,
-                _status_note(err),
-            )
-        else:
-            self.stats.add("usage_reports")
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queued usage reports are sent (or failed); ``False`` on timeout."""
@@ -1032,13 +523,6 @@ class Preparer:
 
 async def _resolved(awaitable: Awaitable[T]) -> T:
     return await awaitable
-
-
-def _status_note(err: Exception) -> str:
-    if isinstance(err, APIStatusError):
-        code = f" {err.code}" if err.code else ""
-        return f", status {err.status_code}{code}, request {err.request_id}"
-    return ""
 
 
 class PreparerAdapter:

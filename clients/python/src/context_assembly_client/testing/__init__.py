@@ -4,7 +4,8 @@ benchmarks and examples use them, and so can an application's.
 - :class:`ScriptedContributor` (:mod:`.scripted`): a loopback webhook contributor whose every
   call follows a script of :class:`Step`: an answer (revision, blocks, summary, status), a delay,
   a wait for other calls, or a fault (hang, drip, late answer, reset, oversize, invalid JSON);
-  every call recorded, with events to wait on.
+  every call recorded, with events to wait on. Its script and record are :mod:`.script`'s, the
+  HTTP/1.1 and the faults it writes :mod:`.wire`'s.
 - :class:`ServedProcess` (:mod:`.processes`): a server in a process of its own on a free
   loopback port, waited for until it answers, stopped by SIGTERM; :func:`start_service`
   (``context-assembly serve``), :func:`start_app` (an ASGI app under uvicorn) and

@@ -40,33 +40,42 @@ connection is closed; a handler that raises resets the connection.
 
 The server is asyncio on its own event loop in a thread of its own, so it serves beside
 Starlette's ``TestClient``, async tests and a served process alike, and what the caller's loop
-does is measured without the double's work. It writes HTTP/1.1 itself: a fault double needs the
-bytes a server library exists to prevent (a reset, a dripped or endless body, a lying length).
+does is measured without the double's work. It writes HTTP/1.1 itself (:mod:`.wire`): a fault
+double needs the bytes a server library exists to prevent (a reset, a dripped or endless body, a
+lying length).
 Requests must carry their body with ``Content-Length`` and are not pipelined; answers keep the
 connection alive, as a contributor's would. To run the double as a process of its own (a
 benchmark's contributors), see :func:`context_assembly_client.testing.start_contributor`.
+
+This module holds the server: its event loop (:class:`ScriptedContributor`'s thread, or
+:func:`serve` on the caller's loop), reading each call and carrying out its step. The steps, the
+calls and their record are :mod:`.script`'s (:class:`Step`, :class:`Call` and the other names in
+``__all__`` are importable from here too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import dataclasses
-import http
 import inspect
-import socket
-import struct
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, TypeAlias
 
 import httpx
-import pydantic_core
 
+from context_assembly_client.testing.script import (
+    DEFAULT_BLOCKS,
+    Call,
+    Event,
+    Fault,
+    Handler,
+    Record,
+    Script,
+    Step,
+)
+from context_assembly_client.testing.wire import drip, encode, oversize, reset, unwatch, watch
 from context_assembly_client.types import Revision
 
 __all__ = [
@@ -79,189 +88,15 @@ __all__ = [
     "Step",
 ]
 
-Fault: TypeAlias = Literal["hang", "drip", "late", "reset", "oversize", "invalid_json"]
-Event: TypeAlias = Literal["seen", "answered", "closed"]
-Handler: TypeAlias = Callable[[httpx.Request], httpx.Response | Awaitable[httpx.Response]]
-
-DEFAULT_BLOCKS: tuple[Mapping[str, Any], ...] = (
-    {"id": "{source}-a", "text": "fact A from {source}", "priority": 10},
-    {
-        "id": "{source}-b",
-        "text": "fact B from {source} " * 5,
-        "priority": 0,
-        "projection": "B summary {source}",
-    },
-)
-"""The blocks of an answer whose step names none (``{source}``: the packet's source)."""
-
-DRIP_INTERVAL = 0.05  # seconds between the bytes of a dripped body: the fault modelled
-_CHUNK = 65536
-
-
-@dataclass(frozen=True)
-class Step:
-    """What the double does with one call. Every field is optional; ``Step()`` answers at once
-    with the source's current revision and the default blocks."""
-
-    revision: Revision | None = None
-    """The answer's revision; ``None``: the source's current one (``set_revision``)."""
-    blocks: Sequence[Mapping[str, Any]] | None = None
-    """The answer's blocks; ``None``: :data:`DEFAULT_BLOCKS`. Strings may hold ``{source}``."""
-    summary: str = "A summary of the folded messages."
-    """The answer to a ``summarize`` packet."""
-    status: int = 200
-    """The answer's status; other than 200 the body is ``{"error": "scripted"}``."""
-    body: bytes | None = None
-    """The answer's body as given (``content-type: application/json``), whatever the packet."""
-    delay: float = 0.0
-    """Seconds to wait before answering (after ``after`` and ``gather``)."""
-    after: str | None = None
-    """Answer only once a call to this path has arrived."""
-    gather: int = 0
-    """Answer only once this many calls to this call's path have arrived."""
-    fault: Fault | None = None
-    """Not an answer (``invalid_json`` and ``late`` do answer, after their fashion)."""
-    size: int = 10 * 1024 * 1024
-    """The bytes an ``oversize`` fault streams."""
-
-    def to_data(self) -> dict[str, Any]:
-        """The step as JSON-ready data (``body`` in base64), for a double in another process."""
-        data = {k: v for k, v in dataclasses.asdict(self).items() if v != _DEFAULTS[k]}
-        if self.body is not None:
-            data["body"] = base64.b64encode(self.body).decode()
-        if self.blocks is not None:
-            data["blocks"] = [dict(block) for block in self.blocks]
-        return data
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> Step:
-        """The step of :meth:`to_data`'s output."""
-        values = dict(data)
-        if values.get("body") is not None:
-            values["body"] = base64.b64decode(values["body"])
-        return cls(**values)
-
-
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Step)}
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call as the double read it, with what has happened to it so far."""
-
-    request: httpx.Request
-    """The request; its URL's host is the ``Host`` header's (the name the caller meant)."""
-    events: tuple[Event, ...]
-
-    @property
-    def path(self) -> str:
-        return self.request.url.path
-
-    @property
-    def packet(self) -> Any:
-        """The body parsed as JSON (``None`` when it is not JSON)."""
-        return _parse(self.request.content)
-
-
-def _parse(body: bytes) -> Any:
-    try:
-        return pydantic_core.from_json(body) if body else None
-    except ValueError:
-        return None
-
-
-def _with_source(value: Any, source: str) -> Any:
-    if isinstance(value, str):
-        return value.replace("{source}", source)
-    if isinstance(value, list | tuple):
-        return [_with_source(item, source) for item in value]
-    return value
-
-
-def _reason(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return "Scripted"
-
-
-def _head(status: int, fields: Iterable[str]) -> bytes:
-    return (
-        f"HTTP/1.1 {status} {_reason(status)}\r\n" + "".join(f"{f}\r\n" for f in fields)
-    ).encode("latin-1") + b"\r\n"
-
-
-def _json_answer(status: int, body: bytes) -> bytes:
-    fields = ("content-type: application/json", f"content-length: {len(body)}")
-    return _head(status, fields) + body
-
-
-class _Record:
-    """A call in progress: its request and its events (guarded by the double's lock)."""
-
-    __slots__ = ("events", "request")
-
-    def __init__(self, request: httpx.Request) -> None:
-        self.request = request
-        self.events: list[Event] = ["seen"]
-
 
 class _Core:
-    """The double's state and its serving, on whichever event loop runs it."""
+    """The double's serving of its ``script``, on whichever event loop runs it."""
 
-    def __init__(
-        self,
-        *,
-        default: Step,
-        script: Mapping[str, Step | Sequence[Step]],
-        revision: Revision,
-        handler: Handler | None,
-        record: bool,
-    ) -> None:
-        self.default = default
-        self.handler = handler
-        self.record = record
-        self.initial_revision = revision
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
-        self.scripts: dict[str, list[Step]] = {}
-        self.revisions: dict[str, Revision] = {}
-        self.records: list[_Record] = []
-        self.counts: dict[str, int] = {}  # calls arrived, by path
-        self.answers: dict[tuple[Any, ...], tuple[Step, bytes]] = {}  # serialised, by step
+    def __init__(self, script: Script) -> None:
+        self.script = script
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.arrival: asyncio.Event | None = None  # replaced at each arrival (the loop's)
-        for path, steps in script.items():
-            self.set_script(path, steps if isinstance(steps, Sequence) else [steps])
-
-    # ---------------------------------------------------------------- script (any thread)
-
-    def set_script(self, path: str, steps: Sequence[Step]) -> None:
-        if not steps:
-            raise ValueError("script at least one step")
-        with self.lock:
-            self.scripts[path] = list(steps)
-
-    def next_step(self, path: str) -> Step | None:
-        with self.lock:
-            steps = self.scripts.get(path)
-            if steps is None:
-                return None if self.handler is not None else self.default
-            return steps.pop(0) if len(steps) > 1 else steps[0]
-
-    def revision(self, source: str) -> Revision:
-        with self.lock:
-            return self.revisions.get(source, self.initial_revision)
-
-    def note(self, record: _Record | None, event: Event) -> None:
-        if record is None:
-            return
-        with self.changed:
-            record.events.append(event)
-            self.changed.notify_all()
-
-    # ---------------------------------------------------------------- serving (the loop's)
 
     async def start(self, port: int) -> int:
         self.arrival = asyncio.Event()
@@ -318,21 +153,21 @@ class _Core:
         body = await reader.readexactly(length) if length else b""
         path = target.split("?", 1)[0]
         request, record = self._arrive(method, target, path, headers, body, writer)
-        step = self.next_step(path)
+        step = self.script.next_step(path)
         if step is None:
             assert request is not None  # made whenever there is a handler
             return await self._by_handler(request, record, writer)
         closed: asyncio.Task[None] | None = None
         try:
             if step.after is not None or step.gather:
-                closed = _watch(reader)
+                closed = watch(reader)
                 if not await self._until(step, path, closed):
-                    self.note(record, "closed")
+                    self.script.note(record, "closed")
                     return False
             return await self._perform(step, record, body, reader, writer, closed)
         finally:
             if closed is not None:
-                await _unwatch(closed)
+                await unwatch(closed)
 
     def _arrive(
         self,
@@ -342,22 +177,18 @@ class _Core:
         headers: list[tuple[str, str]],
         body: bytes,
         writer: asyncio.StreamWriter,
-    ) -> tuple[httpx.Request | None, _Record | None]:
+    ) -> tuple[httpx.Request | None, Record | None]:
         """Count the call and wake what waits on arrivals; the request (for the record or the
         handler) and the call's record (when the double keeps one)."""
         request = record = None
-        if self.record or self.handler is not None:
+        if self.script.record or self.script.handler is not None:
             host = next((v for k, v in headers if k.lower() == "host"), None)
             if host is None:
                 host = f"127.0.0.1:{writer.get_extra_info('sockname')[1]}"
             request = httpx.Request(method, f"http://{host}{target}", headers=headers, content=body)
-            if self.record:
-                record = _Record(request)
-        with self.changed:
-            self.counts[path] = self.counts.get(path, 0) + 1
-            if record is not None:
-                self.records.append(record)
-            self.changed.notify_all()
+            if self.script.record:
+                record = Record(request)
+        self.script.arrive(path, record)
         assert self.arrival is not None
         arrived, self.arrival = self.arrival, asyncio.Event()
         arrived.set()
@@ -365,13 +196,7 @@ class _Core:
 
     async def _until(self, step: Step, path: str, closed: asyncio.Task[None]) -> bool:
         """Wait for the step's ``after`` and ``gather``; ``False`` if the caller hung up first."""
-
-        def ready() -> bool:
-            with self.lock:
-                after = step.after is None or self.counts.get(step.after, 0) > 0
-                return after and self.counts.get(path, 0) >= step.gather
-
-        while not ready():
+        while not self.script.ready(step, path):
             assert self.arrival is not None
             arrival = asyncio.ensure_future(self.arrival.wait())
             try:
@@ -385,7 +210,7 @@ class _Core:
     async def _perform(
         self,
         step: Step,
-        record: _Record | None,
+        record: Record | None,
         body: bytes,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
@@ -393,150 +218,61 @@ class _Core:
     ) -> bool:
         fault = step.fault
         if fault == "reset":
-            _reset(writer)
+            reset(writer)
             return False
         if closed is None and (fault in ("hang", "late", "drip", "oversize") or step.delay):
-            closed = _watch(reader)
+            closed = watch(reader)
             try:
                 return await self._perform(step, record, body, reader, writer, closed)
             finally:
-                await _unwatch(closed)
+                await unwatch(closed)
         if fault in ("hang", "late"):
             assert closed is not None
             await asyncio.wait({closed})
-            self.note(record, "closed")
+            self.script.note(record, "closed")
             if fault == "late":
                 with contextlib.suppress(ConnectionError):
-                    writer.write(self._answer(step, body))
+                    writer.write(self.script.answer(step, body))
                     await writer.drain()
-                self.note(record, "answered")
+                self.script.note(record, "answered")
             return False
         if fault == "drip":
             assert closed is not None
-            writer.write(_head(200, ("content-type: application/json", "content-length: 100000")))
-            with contextlib.suppress(ConnectionError):  # a reset is a hang-up too
-                while not closed.done():
-                    writer.write(b" ")
-                    await writer.drain()
-                    await asyncio.wait({closed}, timeout=DRIP_INTERVAL)
-            self.note(record, "closed")
+            await drip(writer, closed)
+            self.script.note(record, "closed")
             return False
         if fault == "oversize":
             assert closed is not None
-            writer.write(
-                _head(200, ("content-type: application/json", "transfer-encoding: chunked"))
-            )
-            sent = 0
-            with contextlib.suppress(ConnectionError):  # the caller cut it short
-                while sent < step.size and not closed.done():
-                    piece = b"[" * min(_CHUNK, step.size - sent)
-                    writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                    await writer.drain()
-                    sent += len(piece)
-            if sent < step.size or closed.done():
-                self.note(record, "closed")
-                return False
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            self.note(record, "answered")
+            whole = await oversize(writer, step.size, closed)
+            self.script.note(record, "answered" if whole else "closed")
             return False
         if step.delay:
             assert closed is not None
             done, _ = await asyncio.wait({closed}, timeout=step.delay)
             if done:
-                self.note(record, "closed")
+                self.script.note(record, "closed")
                 return False
-        writer.write(self._answer(step, body))
+        writer.write(self.script.answer(step, body))
         await writer.drain()
-        self.note(record, "answered")
+        self.script.note(record, "answered")
         return True
 
-    def _answer(self, step: Step, body: bytes) -> bytes:
-        """The whole HTTP answer of ``step`` to a request with ``body``."""
-        if step.fault == "invalid_json":
-            return _json_answer(200, b"{not json")
-        if step.body is not None:
-            return _json_answer(step.status, step.body)
-        if step.status != 200:
-            return _json_answer(step.status, b'{"error":"scripted"}')
-        packet = _parse(body)
-        kind = packet.get("type") if isinstance(packet, dict) else None
-        if kind not in ("contribute", "revision", "summarize"):
-            return _json_answer(400, b'{"error":"not a contributor packet"}')
-        assert isinstance(packet, dict)
-        source = str(packet.get("source", ""))
-        revision = step.revision if step.revision is not None else self.revision(source)
-        key = (id(step), kind, source, type(revision).__name__, revision)
-        with self.lock:
-            cached = self.answers.get(key)
-            if cached is not None and cached[0] is step:
-                return cached[1]
-        if kind == "summarize":
-            answer: dict[str, Any] = {"summary": step.summary}
-        elif kind == "revision":
-            answer = {"revision": revision}
-        else:
-            blocks = DEFAULT_BLOCKS if step.blocks is None else step.blocks
-            answer = {
-                "revision": revision,
-                "blocks": [{k: _with_source(v, source) for k, v in b.items()} for b in blocks],
-            }
-        whole = _json_answer(200, pydantic_core.to_json(answer))
-        with self.lock:
-            if len(self.answers) > 4096:
-                self.answers.clear()
-            self.answers[key] = (step, whole)
-        return whole
-
     async def _by_handler(
-        self, request: httpx.Request, record: _Record | None, writer: asyncio.StreamWriter
+        self, request: httpx.Request, record: Record | None, writer: asyncio.StreamWriter
     ) -> bool:
-        assert self.handler is not None
+        handler = self.script.handler
+        assert handler is not None
         try:
-            result = self.handler(request)
+            result = handler(request)
             response = await result if inspect.isawaitable(result) else result
             content = await response.aread()
         except Exception:
-            _reset(writer)
+            reset(writer)
             return False
-        writer.write(_encode(response, content))
+        writer.write(encode(response, content))
         await writer.drain()
-        self.note(record, "answered")
+        self.script.note(record, "answered")
         return False
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Abort the connection with a TCP reset (``SO_LINGER`` 0), not a close."""
-    sock = writer.get_extra_info("socket")
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
-
-
-def _watch(reader: asyncio.StreamReader) -> asyncio.Task[None]:
-    """A task that ends when the caller closes the connection (or resets it)."""
-
-    async def until_closed() -> None:
-        with contextlib.suppress(ConnectionError):
-            while await reader.read(_CHUNK):
-                pass
-
-    return asyncio.ensure_future(until_closed())
-
-
-async def _unwatch(watch: asyncio.Task[None]) -> None:
-    """Cancel a watch and wait until it has let go of the reader (the next request's read)."""
-    watch.cancel()
-    await asyncio.wait({watch})
-
-
-def _encode(response: httpx.Response, content: bytes) -> bytes:
-    chunked = response.headers.get("transfer-encoding", "").lower() == "chunked"
-    lines = [f"HTTP/1.1 {response.status_code} {_reason(response.status_code)}".encode()]
-    lines += [name + b": " + value for name, value in response.headers.raw]
-    lines.append(b"connection: close")
-    if chunked:
-        content = (b"%x\r\n%s\r\n" % (len(content), content) if content else b"") + b"0\r\n\r\n"
-    return b"\r\n".join(lines) + b"\r\n\r\n" + content
 
 
 class ScriptedContributor:
@@ -563,13 +299,14 @@ class ScriptedContributor:
         port: int = 0,
         record: bool = True,
     ) -> None:
-        self._core = _Core(
+        self._script = Script(
             default=default or Step(),
             script=script or {},
             revision=revision,
             handler=handler,
             record=record,
         )
+        self._core = _Core(self._script)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="scripted-contributor", daemon=True
@@ -598,32 +335,32 @@ class ScriptedContributor:
 
     def script(self, path: str, *steps: Step) -> None:
         """The calls to ``path`` from now on take ``steps`` in order; the last one repeats."""
-        self._core.set_script(path, steps)
+        self._script.set_script(path, steps)
 
     def set_revision(self, source: str, revision: Revision) -> None:
         """Answers for ``source`` whose step names no revision carry ``revision`` from now on."""
-        with self._core.lock:
-            self._core.revisions[source] = revision
+        with self._script.lock:
+            self._script.revisions[source] = revision
 
     # ---------------------------------------------------------------- what happened
 
     def calls(self, path: str | None = None) -> list[Call]:
         """The calls so far (to ``path`` only, when given), in the order they arrived."""
-        with self._core.lock:
+        with self._script.lock:
             return [
                 Call(r.request, tuple(r.events))
-                for r in self._core.records
+                for r in self._script.records
                 if path is None or r.request.url.path == path
             ]
 
     def count(self, event: Event, path: str) -> int:
         """How many calls to ``path`` have had ``event``."""
-        with self._core.lock:
+        with self._script.lock:
             return self._count(event, path)
 
     def _count(self, event: Event, path: str) -> int:  # the lock held
         return sum(
-            1 for r in self._core.records if r.request.url.path == path and event in r.events
+            1 for r in self._script.records if r.request.url.path == path and event in r.events
         )
 
     def noted(self, event: Event, path: str) -> bool:
@@ -634,15 +371,15 @@ class ScriptedContributor:
         """Block until ``count`` calls to ``path`` have had ``event``. ``timeout`` is a hang
         guard, generous on a loaded machine: past it, ``AssertionError`` says what never came.
         (From async code: ``await asyncio.to_thread(double.wait_for, ...)``.)"""
-        if not self._core.record:
+        if not self._script.record:
             raise RuntimeError("this double keeps no record (record=False)")
         deadline = time.monotonic() + timeout
-        with self._core.changed:
+        with self._script.changed:
             while self._count(event, path) < count:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"the double never noted {count} x {event!r} for {path}")
-                self._core.changed.wait(left)
+                self._script.changed.wait(left)
 
     # ---------------------------------------------------------------- lifetime
 
@@ -685,11 +422,13 @@ async def serve(
     """Serve a double that keeps no record on this event loop until ``stop`` is set (the
     process form, ``python -m context_assembly_client.testing``)."""
     core = _Core(
-        default=default or Step(),
-        script=script or {},
-        revision=revision,
-        handler=None,
-        record=False,
+        Script(
+            default=default or Step(),
+            script=script or {},
+            revision=revision,
+            handler=None,
+            record=False,
+        )
     )
     await core.start(port)
     try:
