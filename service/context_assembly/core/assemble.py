@@ -114,8 +114,8 @@ def assemble_frame(
 ) -> Assembly:
     """Assemble ``request`` (:func:`_assemble_once`) and decide its compaction
     (``core/compaction.py``, docs/compaction.md): the history is read as the provider reads it
-    (from its latest compaction item on) with the tool results ``compacted`` (the scope's
-    previous turn) cleared cleared again; when this turn's decision is to clear, the frame is
+    (from its latest compaction item on), and the tool results that the scope's previous turn
+    (``compacted``) cleared are cleared again; when this turn's decision is to clear, the frame is
     assembled again with the results it clears. ``price``: the model's rates, for the decision's
     economics. The decision is ``selection.compaction``."""
     options = request.options.compaction
@@ -202,7 +202,8 @@ def assemble_frame(
         update["cleared_calls"] = [*cleared, *calls]
         # What the cleared results counted, less their placeholders: the totals before and after
         # may not compare (an anchored count holds only while the frame repeats the previous).
-        placeholders = [m for m in request.history_messages if m.tool_call_id in set(calls)]
+        named = set(calls)
+        placeholders = [m for m in request.history_messages if m.tool_call_id in named]
         cleared_data = data_messages * count_message(CLEARED_DATA_MESSAGE, counter, profile).tokens
         update["cleared_tokens"] = max(
             sum(tokens for _, tokens in candidates)
