@@ -222,6 +222,18 @@ class _Entries:
         if entry is None or entry.expires < now + ttl:
             self._entries[key] = _Entry(now + ttl, ttl)
 
+    def longest_live(
+        self, prompt: Sequence[Segment], ends: Sequence[int], minimum: int, now: float
+    ) -> int:
+        """The tokens through the last block of ``prompt`` whose entry is live, among those at
+        least ``minimum`` long (0: none)."""
+        for i in range(len(prompt) - 1, -1, -1):
+            if ends[i] < minimum:
+                break
+            if self.live(prompt[i].key, now) is not None:
+                return ends[i]
+        return 0
+
     def refresh(self, entry: _Entry, now: float) -> None:
         entry.expires = max(entry.expires, now + entry.ttl)
 
@@ -297,13 +309,7 @@ class OpenAICache:
         if minimum is None:
             return Usage(total)
         self._entries.sweep(now)
-        shared = 0
-        for i in range(len(prompt) - 1, -1, -1):
-            if ends[i] < minimum:
-                break
-            if self._entries.live(prompt[i].key, now) is not None:
-                shared = ends[i]
-                break
+        shared = self._entries.longest_live(prompt, ends, minimum, now)
         read = 0 if shared < minimum else minimum + (shared - minimum) // OPENAI_STEP * OPENAI_STEP
         for segment in prompt:
             self._entries.put(segment.key, now, self.lifetime)
@@ -372,13 +378,7 @@ class TheoryCache:
         if minimum is None or total < minimum:
             return Usage(total)
         self._entries.sweep(now)
-        read = 0
-        for i in range(len(prompt) - 1, -1, -1):
-            if ends[i] < minimum:
-                break
-            if self._entries.live(prompt[i].key, now) is not None:
-                read = ends[i]
-                break
+        read = self._entries.longest_live(prompt, ends, minimum, now)
         lifetime = LIFETIME[self.ttl]
         for i, segment in enumerate(prompt):
             if ends[i] >= minimum:
