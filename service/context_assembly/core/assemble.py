@@ -165,14 +165,15 @@ def assemble_frame(
         total=total,
         floor=min(floor, total),
     )
-    candidates = compaction.clearable(
-        assembly.history,
-        assembly.history_counts,
-        sum(message.role == "tool" for message in request.input),
-        options,
-        cleared,
-    )
+    candidates: list[tuple[str, int]] = []  # what clearing may replace (clearing only)
     if options.mode == "clear_tool_results":
+        candidates = compaction.clearable(
+            assembly.history,
+            assembly.history_counts,
+            sum(message.role == "tool" for message in request.input),
+            options,
+            cleared,
+        )
         # Clearing also lowers the tool loop after the latest user turn: its earlier results
         # leave the floor.
         point = turn_point([*assembly.history, *request.input])
